@@ -1,0 +1,200 @@
+"""Configuration: one frozen dataclass per concern, validated on construction.
+
+`ModelConfig` describes the network of section 3 of "Attention Is All You Need"
+(Vaswani et al., 2017). Its presets are the paper's models:
+
+    ModelConfig.base(vocab_size=37000)    # Table 3, "base": N=6, d_model 512, h 8, d_ff 2048
+    ModelConfig.big(vocab_size=37000)     # Table 3, "big":  N=6, d_model 1024, h 16, d_ff 4096
+    ModelConfig.tiny(vocab_size=1000)     # for tests and CPU demos
+
+and every row of Table 3 is a keyword override of a preset, for example
+row (A) `ModelConfig.base(v, n_heads=16)` (d_k = d_v = 32 follow), row (B)
+`ModelConfig.base(v, d_k=16)`, row (C) `ModelConfig.base(v, n_layers=4, d_ff=1024)`,
+row (D) `ModelConfig.base(v, dropout=0.2)`, row (E) `ModelConfig.base(v,
+positional="learned")`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+
+class Positional(str, Enum):
+    """How token positions enter the model."""
+
+    SINUSOIDAL = "sinusoidal"  # section 3.5, the paper's default
+    LEARNED = "learned"  # Table 3 row (E)
+
+
+class Activation(str, Enum):
+    """The non-linearity of the position-wise feed-forward network."""
+
+    RELU = "relu"  # section 3.3: FFN(x) = max(0, xW1 + b1)W2 + b2
+    GELU = "gelu"
+    SWISH = "swish"
+
+
+def _positive(name: str, value: int | None) -> None:
+    if value is not None and value <= 0:
+        raise ValueError(f"ModelConfig.{name} must be a positive integer, got {value!r}")
+
+
+def _probability(name: str, value: float) -> None:
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"ModelConfig.{name} must lie in [0, 1), got {value!r}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The encoder-decoder Transformer's hyper-parameters.
+
+    Args:
+        vocab_size: size of the (shared) subword vocabulary.
+        d_model: width of every residual stream, embedding and sub-layer output.
+        n_heads: attention heads h.
+        n_kv_heads: key/value heads; fewer than `n_heads` gives grouped-query
+            attention (1 gives multi-query). Defaults to `n_heads` (plain MHA).
+        d_k: size of each query/key head. Defaults to `d_model // n_heads`.
+        d_v: size of each value head. Defaults to `d_model // n_heads`.
+        d_ff: inner size of the position-wise feed-forward network.
+        n_layers: N, layers in both stacks unless the two below are given.
+        n_encoder_layers: encoder layers (defaults to `n_layers`).
+        n_decoder_layers: decoder layers (defaults to `n_layers`).
+        dropout: P_drop on every sub-layer output and on embeddings + positions.
+        attention_dropout: dropout on attention weights (not in the paper: 0).
+        activation: the FFN non-linearity (the paper: ReLU).
+        positional: sinusoidal (the paper) or learned positions (Table 3 E).
+        max_len: the longest sequence, in tokens, the model accepts.
+        norm_first: pre-norm `x + Sublayer(LayerNorm(x))` with a final LayerNorm
+            per stack, instead of the paper's post-norm `LayerNorm(x + Sublayer(x))`.
+        tie_embeddings: one matrix for source embedding, target embedding and the
+            pre-softmax projection (section 3.4); needs a shared vocabulary.
+        scale_embeddings: multiply embeddings by sqrt(d_model) (section 3.4).
+        layer_norm_eps: epsilon of every LayerNorm.
+        pad_id, bos_id, eos_id: special token ids of the vocabulary.
+
+    Raises:
+        ValueError: on a field out of range or an inconsistent combination; the
+            message names the field.
+    """
+
+    vocab_size: int
+    d_model: int = 512
+    n_heads: int = 8
+    n_kv_heads: int | None = None
+    d_k: int | None = None
+    d_v: int | None = None
+    d_ff: int = 2048
+    n_layers: int = 6
+    n_encoder_layers: int | None = None
+    n_decoder_layers: int | None = None
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation: Activation = Activation.RELU
+    positional: Positional = Positional.SINUSOIDAL
+    max_len: int = 1024
+    norm_first: bool = False
+    tie_embeddings: bool = True
+    scale_embeddings: bool = True
+    layer_norm_eps: float = 1e-5
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+
+    def __post_init__(self) -> None:
+        set_field = object.__setattr__  # frozen: derived defaults are filled in once, here
+        for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len"):
+            _positive(name, getattr(self, name))
+        for name in ("n_kv_heads", "d_k", "d_v", "n_encoder_layers", "n_decoder_layers"):
+            _positive(name, getattr(self, name))
+        _probability("dropout", self.dropout)
+        _probability("attention_dropout", self.attention_dropout)
+        if self.layer_norm_eps <= 0:
+            raise ValueError(f"ModelConfig.layer_norm_eps must be positive, got {self.layer_norm_eps}")
+        try:
+            set_field(self, "positional", Positional(self.positional))
+        except ValueError:
+            choices = ", ".join(p.value for p in Positional)
+            raise ValueError(
+                f"ModelConfig.positional must be one of {choices}, got {self.positional!r}"
+            ) from None
+        try:
+            set_field(self, "activation", Activation(self.activation))
+        except ValueError:
+            choices = ", ".join(a.value for a in Activation)
+            raise ValueError(
+                f"ModelConfig.activation must be one of {choices}, got {self.activation!r}"
+            ) from None
+
+        if self.d_k is None or self.d_v is None:
+            if self.d_model % self.n_heads != 0:
+                raise ValueError(
+                    f"ModelConfig.d_model ({self.d_model}) is not divisible by n_heads "
+                    f"({self.n_heads}); set d_k and d_v explicitly or change one of them"
+                )
+            if self.d_k is None:
+                set_field(self, "d_k", self.d_model // self.n_heads)
+            if self.d_v is None:
+                set_field(self, "d_v", self.d_model // self.n_heads)
+        if self.n_kv_heads is None:
+            set_field(self, "n_kv_heads", self.n_heads)
+        if self.n_heads % self.n_kv_heads != 0:
+            raise ValueError(
+                f"ModelConfig.n_heads ({self.n_heads}) must be a multiple of n_kv_heads "
+                f"({self.n_kv_heads}): each key/value head serves a whole group of query heads"
+            )
+        if self.n_encoder_layers is None:
+            set_field(self, "n_encoder_layers", self.n_layers)
+        if self.n_decoder_layers is None:
+            set_field(self, "n_decoder_layers", self.n_layers)
+
+        ids = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
+        for name, value in ids.items():
+            if not 0 <= value < self.vocab_size:
+                raise ValueError(
+                    f"ModelConfig.{name} ({value}) must lie in [0, vocab_size={self.vocab_size})"
+                )
+        if self.pad_id in (self.bos_id, self.eos_id):
+            raise ValueError(
+                f"ModelConfig.pad_id ({self.pad_id}) must differ from bos_id ({self.bos_id}) "
+                f"and eos_id ({self.eos_id}): padding is masked out, those tokens are not"
+            )
+
+    # ----- presets (Table 3) -------------------------------------------------
+
+    @classmethod
+    def base(cls, vocab_size: int, **overrides: Any) -> ModelConfig:
+        """Transformer (base): N=6, d_model 512, d_ff 2048, h 8, P_drop 0.1."""
+        preset = dict(d_model=512, n_heads=8, d_ff=2048, n_layers=6, dropout=0.1)
+        return cls(vocab_size=vocab_size, **{**preset, **overrides})
+
+    @classmethod
+    def big(cls, vocab_size: int, **overrides: Any) -> ModelConfig:
+        """Transformer (big): N=6, d_model 1024, d_ff 4096, h 16, P_drop 0.3."""
+        preset = dict(d_model=1024, n_heads=16, d_ff=4096, n_layers=6, dropout=0.3)
+        return cls(vocab_size=vocab_size, **{**preset, **overrides})
+
+    @classmethod
+    def tiny(cls, vocab_size: int, **overrides: Any) -> ModelConfig:
+        """A small model for tests and CPU demos: N=2, d_model 64, d_ff 256, h 4."""
+        preset = dict(d_model=64, n_heads=4, d_ff=256, n_layers=2, dropout=0.1, max_len=256)
+        return cls(vocab_size=vocab_size, **{**preset, **overrides})
+
+    # ----- (de)serialisation ---------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain types only (enums as their values), for YAML and JSON."""
+        out = dataclasses.asdict(self)
+        return {k: (v.value if isinstance(v, Enum) else v) for k, v in out.items()}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> ModelConfig:
+        """Inverse of `to_dict`; unknown keys raise a ValueError naming them."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown ModelConfig field(s): {', '.join(unknown)}")
+        return cls(**values)
