@@ -53,7 +53,9 @@ def attend(
     """
     n_heads, n_kv_heads = q.size(1), k.size(1)
     if n_heads % n_kv_heads != 0:
-        raise ValueError(f"query heads ({n_heads}) must be a multiple of key/value heads ({n_kv_heads})")
+        raise ValueError(
+            f"query heads ({n_heads}) must be a multiple of key/value heads ({n_kv_heads})"
+        )
     t_len, s_len = q.size(-2), k.size(-2)
     if causal and (mask is not None or t_len != s_len):
         # SDPA's is_causal aligns to the top-left; with a cache we need bottom-right.

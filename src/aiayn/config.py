@@ -113,7 +113,9 @@ class ModelConfig:
         _probability("dropout", self.dropout)
         _probability("attention_dropout", self.attention_dropout)
         if self.layer_norm_eps <= 0:
-            raise ValueError(f"ModelConfig.layer_norm_eps must be positive, got {self.layer_norm_eps}")
+            raise ValueError(
+                f"ModelConfig.layer_norm_eps must be positive, got {self.layer_norm_eps}"
+            )
         try:
             set_field(self, "positional", Positional(self.positional))
         except ValueError:

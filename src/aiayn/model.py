@@ -36,7 +36,9 @@ class EncoderOutput:
 
     def index_select(self, index: Tensor) -> EncoderOutput:
         """Rows `index` of the batch (beam search: one copy per hypothesis)."""
-        return EncoderOutput(self.hidden.index_select(0, index), self.real_tokens.index_select(0, index))
+        return EncoderOutput(
+            self.hidden.index_select(0, index), self.real_tokens.index_select(0, index)
+        )
 
 
 @dataclass
@@ -242,9 +244,7 @@ class Transformer(nn.Module):
         hidden, _ = self.encoder(src, real_tokens)
         return EncoderOutput(hidden, real_tokens)
 
-    def decode(
-        self, tgt: Tensor, encoded: EncoderOutput, cache: KVCache | None = None
-    ) -> Tensor:
+    def decode(self, tgt: Tensor, encoded: EncoderOutput, cache: KVCache | None = None) -> Tensor:
         """Logits for target ids given the encoder output.
 
         Args:
