@@ -82,3 +82,54 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> Transfor
     except (SafetensorError, RuntimeError, OSError) as err:
         raise ValueError(f"cannot load weights from {path}: {err}") from None
     return model.to(device)
+
+
+# ----- a run directory's layout ------------------------------------------------
+#   RUN/config.yaml                              the resolved training recipe
+#   RUN/spm.model                                the shared subword model
+#   RUN/checkpoints/step-00001000/model.safetensors (+ trainer.pt, the trainer state)
+#   RUN/checkpoints/best/model.safetensors       lowest validation loss so far
+#   RUN/checkpoints/average-last-5/model.safetensors   from `aiayn average RUN --last 5`
+
+WEIGHTS_FILE = "model.safetensors"
+TOKENIZER_FILE = "spm.model"
+
+
+def step_checkpoints(run_dir: str | Path) -> list[Path]:
+    """The run's step checkpoint directories, oldest first."""
+    root = Path(run_dir) / "checkpoints"
+    found = [d for d in root.glob("step-*") if (d / WEIGHTS_FILE).is_file()]
+    return sorted(found, key=lambda d: int(d.name.removeprefix("step-")))
+
+
+def resolve_weights(run_or_file: str | Path) -> Path:
+    """The weights file to translate with.
+
+    A `.safetensors` file is taken as it is. In a run directory the preference is:
+    the newest averaged checkpoint, then `best`, then the latest step.
+
+    Raises:
+        FileNotFoundError: naming what was looked for, if nothing is there.
+    """
+    path = Path(run_or_file)
+    if path.is_file():
+        return path
+    if not path.is_dir():
+        raise FileNotFoundError(f"no checkpoint or run directory at {path}")
+    if (path / WEIGHTS_FILE).is_file():  # a single checkpoint directory
+        return path / WEIGHTS_FILE
+    averaged = sorted(
+        (path / "checkpoints").glob(f"average-last-*/{WEIGHTS_FILE}"),
+        key=lambda p: p.stat().st_mtime,
+    )
+    if averaged:
+        return averaged[-1]
+    if (path / "checkpoints" / "best" / WEIGHTS_FILE).is_file():
+        return path / "checkpoints" / "best" / WEIGHTS_FILE
+    steps = step_checkpoints(path)
+    if steps:
+        return steps[-1] / WEIGHTS_FILE
+    raise FileNotFoundError(
+        f"{path} holds no checkpoint: looked for {path}/checkpoints/"
+        f"{{average-last-*,best,step-*}}/{WEIGHTS_FILE}"
+    )
