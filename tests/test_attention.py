@@ -1,0 +1,199 @@
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from aiayn.attention import KVCache, LayerKV, MultiHeadAttention, attend
+from aiayn.masks import causal_mask, key_mask, padding_mask
+
+
+def reference_attention(q, k, v, mask=None):
+    """softmax(QK^T / sqrt(d_k)) V written out, one head at a time, in float64."""
+    q, k, v = q.double(), k.double(), v.double()
+    batch, heads, t_len, _ = q.shape
+    out = torch.zeros(batch, heads, t_len, v.size(-1), dtype=torch.float64)
+    weights = torch.zeros(batch, heads, t_len, k.size(2), dtype=torch.float64)
+    for b in range(batch):
+        for h in range(heads):
+            scores = q[b, h] @ k[b, h].T / math.sqrt(q.size(-1))
+            if mask is not None:
+                allowed = mask.expand(batch, heads, t_len, k.size(2))[b, h]
+                scores = scores.masked_fill(~allowed, float("-inf"))
+            w = torch.softmax(scores, dim=-1)
+            weights[b, h] = w
+            out[b, h] = w @ v[b, h]
+    return out, weights
+
+
+def random_qkv(batch=2, heads=3, t_len=4, s_len=5, d_k=6, d_v=7):
+    return (
+        torch.randn(batch, heads, t_len, d_k),
+        torch.randn(batch, heads, s_len, d_k),
+        torch.randn(batch, heads, s_len, d_v),
+    )
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_attend_equals_the_formula_with_a_padding_mask(need_weights):
+    q, k, v = random_qkv()
+    real = torch.tensor([[True] * 5, [True, True, True, False, False]])
+    mask = key_mask(real)
+    out, weights = attend(q, k, v, mask, need_weights=need_weights)
+    expected_out, expected_weights = reference_attention(q, k, v, mask)
+    torch.testing.assert_close(out.double(), expected_out, rtol=1e-5, atol=1e-5)
+    if need_weights:
+        torch.testing.assert_close(weights.double(), expected_weights, rtol=1e-5, atol=1e-6)
+        assert torch.all(weights[1, :, :, 3:] == 0)
+    else:
+        assert weights is None
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_attend_causal_equals_the_formula_with_a_triangular_mask(need_weights):
+    q, k, v = random_qkv(t_len=5, s_len=5)
+    out, _ = attend(q, k, v, causal=True, need_weights=need_weights)
+    tril = torch.tril(torch.ones(5, 5, dtype=torch.bool))
+    expected, _ = reference_attention(q, k, v, tril)
+    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_causal_queries_after_a_cache_see_every_earlier_key(need_weights):
+    # 2 new queries at absolute positions 3 and 4 of a 5-key sequence.
+    q, k, v = random_qkv(t_len=2, s_len=5)
+    out, _ = attend(q, k, v, causal=True, need_weights=need_weights)
+    allowed = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    expected, _ = reference_attention(q, k, v, allowed)
+    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_sdpa_and_explicit_paths_agree_in_values_and_gradients():
+    q, k, v = (t.requires_grad_() for t in random_qkv(t_len=5, s_len=5))
+    real = torch.tensor([[True] * 5, [True, True, False, False, False]])
+    mask = key_mask(real) & causal_mask(5, 5)
+    grads = []
+    for need_weights in (False, True):
+        out, _ = attend(q, k, v, mask, need_weights=need_weights)
+        grads.append((out, *torch.autograd.grad((out * out.detach()).sum(), (q, k, v))))
+    for fast, explicit in zip(*grads, strict=True):
+        torch.testing.assert_close(fast, explicit, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_a_fully_padded_row_gives_zeros_not_nan(need_weights):
+    q, k, v = (t.requires_grad_() for t in random_qkv())
+    real = torch.tensor([[True] * 5, [False] * 5])
+    out, weights = attend(q, k, v, key_mask(real), need_weights=need_weights)
+    assert torch.all(out[1] == 0) and torch.isfinite(out).all()
+    out.sum().backward()
+    assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+    if need_weights:
+        assert torch.all(weights[1] == 0)
+        torch.testing.assert_close(weights[0].sum(-1), torch.ones(3, 4))
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_grouped_query_attention_equals_mha_with_repeated_kv_heads(need_weights):
+    q = torch.randn(2, 6, 4, 8)
+    k, v = torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)
+    out, _ = attend(q, k, v, need_weights=need_weights)
+    # query heads 0-2 share kv head 0, heads 3-5 share kv head 1
+    k_full, v_full = k[:, [0, 0, 0, 1, 1, 1]], v[:, [0, 0, 0, 1, 1, 1]]
+    expected, _ = reference_attention(q, k_full, v_full)
+    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+def copy_into_torch_mha(ours: MultiHeadAttention, d_model: int, n_heads: int):
+    ref = nn.MultiheadAttention(d_model, n_heads, batch_first=True)
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(
+            torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight])
+        )
+        ref.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
+        ref.out_proj.weight.copy_(ours.out_proj.weight)
+        ref.out_proj.bias.copy_(ours.out_proj.bias)
+    return ref
+
+
+@pytest.mark.parametrize("kind", ["self", "cross"])
+def test_multi_head_attention_equals_torch_nn_multihead_attention(kind):
+    d_model, n_heads = 16, 4
+    ours = MultiHeadAttention(d_model, n_heads, n_heads, d_model // n_heads, d_model // n_heads)
+    for p in ours.parameters():  # non-zero biases too
+        nn.init.normal_(p, std=0.3)
+    ref = copy_into_torch_mha(ours, d_model, n_heads)
+    query = torch.randn(3, 5, d_model, requires_grad=True)
+    source = query if kind == "self" else torch.randn(3, 7, d_model, requires_grad=True)
+    ids = torch.tensor([[5] * 7, [5] * 4 + [0] * 3, [5] * 2 + [0] * 5])[:, : source.size(1)]
+    real = padding_mask(ids, pad_id=0)
+
+    out, weights = ours(query, source, key_mask(real), need_weights=True)
+    expected, expected_weights = ref(
+        query, source, source, key_padding_mask=~real, average_attn_weights=False
+    )
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(weights, expected_weights, rtol=1e-5, atol=1e-6)
+
+    fast, _ = ours(query, source, key_mask(real))
+    torch.testing.assert_close(fast, expected, rtol=1e-5, atol=1e-5)
+    grad_ours = torch.autograd.grad(fast.square().sum(), [query, ours.q_proj.weight])
+    grad_ref = torch.autograd.grad(expected.square().sum(), [query, ref.in_proj_weight])
+    torch.testing.assert_close(grad_ours[0], grad_ref[0], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(grad_ours[1], grad_ref[1][:d_model], rtol=1e-4, atol=1e-5)
+
+
+def test_separate_d_k_and_d_v_and_the_output_projection_shape():
+    mha = MultiHeadAttention(d_model=32, n_heads=4, n_kv_heads=4, d_k=5, d_v=11)
+    assert mha.q_proj.weight.shape == (20, 32)
+    assert mha.v_proj.weight.shape == (44, 32)
+    assert mha.out_proj.weight.shape == (32, 44)  # W^O: (h d_v) x d_model
+    out, weights = mha(torch.randn(2, 3, 32), torch.randn(2, 6, 32), need_weights=True)
+    assert out.shape == (2, 3, 32) and weights.shape == (2, 4, 3, 6)
+
+
+@pytest.mark.parametrize(
+    ("n_kv_heads", "kv_params"),
+    [(8, 2 * (64 * 64 + 64)), (2, 2 * (64 * 16 + 16)), (1, 2 * (64 * 8 + 8))],
+)
+def test_gqa_and_mqa_parameter_counts(n_kv_heads, kv_params):
+    mha = MultiHeadAttention(d_model=64, n_heads=8, n_kv_heads=n_kv_heads, d_k=8, d_v=8)
+    q_and_out = 2 * (64 * 64 + 64)
+    assert sum(p.numel() for p in mha.parameters()) == q_and_out + kv_params
+    out, _ = mha(torch.randn(2, 3, 64), torch.randn(2, 3, 64))
+    assert out.shape == (2, 3, 64)
+
+
+def test_n_heads_must_be_a_multiple_of_n_kv_heads():
+    with pytest.raises(ValueError, match="multiple"):
+        MultiHeadAttention(d_model=16, n_heads=4, n_kv_heads=3, d_k=4, d_v=4)
+
+
+def test_cache_appends_self_keys_and_computes_cross_keys_once():
+    mha = MultiHeadAttention(d_model=8, n_heads=2, n_kv_heads=1, d_k=4, d_v=4)
+    x = torch.randn(2, 3, 8)
+    growing = LayerKV(static=False)
+    for t in range(3):
+        mha(x[:, t : t + 1], x[:, t : t + 1], causal=True, cache=growing)
+    assert growing.key.shape == (2, 1, 3, 4)
+    full_k = mha.k_proj(x).view(2, 3, 1, 4).transpose(1, 2)
+    torch.testing.assert_close(growing.key, full_k)
+
+    static = LayerKV(static=True)
+    memory = torch.randn(2, 5, 8)
+    mha(x[:, :1], memory, cache=static)
+    first_key = static.key
+    mha(x[:, 1:2], torch.zeros(2, 5, 8), cache=static)  # source ignored once filled
+    assert static.key is first_key
+
+
+def test_cache_reorder_follows_the_index():
+    cache = KVCache.empty(n_layers=2)
+    assert cache.length == 0
+    for store in (*cache.self_attention, *cache.cross_attention):
+        store.key = torch.arange(3.0).view(3, 1, 1, 1).expand(3, 1, 4, 2).clone()
+        store.value = store.key.clone()
+    cache.reorder(torch.tensor([2, 2, 0]))
+    assert cache.length == 4
+    for store in (*cache.self_attention, *cache.cross_attention):
+        assert store.key[:, 0, 0, 0].tolist() == [2.0, 2.0, 0.0]
