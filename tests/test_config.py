@@ -56,6 +56,7 @@ def test_table_3_rows_are_keyword_overrides(overrides, expected):
         ({"activation": "tanh"}, "activation"),
         ({"pad_id": 37000}, "pad_id"),
         ({"pad_id": 2}, "pad_id"),  # equals eos_id
+        ({"pad_id": 5, "eos_id": 5}, "eos_id"),
         ({"max_len": 0}, "max_len"),
     ],
 )
@@ -90,3 +91,8 @@ def test_config_is_frozen():
     cfg = ModelConfig.tiny(vocab_size=10)
     with pytest.raises(AttributeError):
         cfg.d_model = 3
+
+
+def test_the_decoder_may_start_from_the_pad_id_as_marian_does():
+    cfg = ModelConfig.tiny(vocab_size=10, pad_id=9, bos_id=9, eos_id=0)
+    assert cfg.bos_id == cfg.pad_id

@@ -20,7 +20,8 @@ def analytic_parameter_count(cfg: ModelConfig) -> int:
     layer_norm = 2 * d
     encoder = cfg.n_encoder_layers * (attention + ffn + 2 * layer_norm)
     decoder = cfg.n_decoder_layers * (2 * attention + ffn + 3 * layer_norm)
-    embeddings = cfg.vocab_size * d * (1 if cfg.tie_embeddings else 3)
+    embeddings = cfg.vocab_size * d * (1 + (not cfg.tie_embeddings) + (not cfg.tie_output))
+    embeddings += cfg.vocab_size if cfg.output_bias else 0
     positions = 2 * cfg.max_len * d if cfg.positional.value == "learned" else 0
     final_norms = 2 * layer_norm if cfg.norm_first else 0
     return encoder + decoder + embeddings + positions + final_norms
@@ -72,6 +73,8 @@ def test_base_and_big_parameter_counts():
     "overrides",
     [
         {"tie_embeddings": False},
+        {"tie_output": False},
+        {"tie_embeddings": False, "tie_output": False, "output_bias": True},
         {"norm_first": True},
         {"n_kv_heads": 2},
         {"n_kv_heads": 1, "d_k": 8, "d_v": 24},
@@ -93,6 +96,15 @@ def test_one_matrix_is_source_embedding_target_embedding_and_output_projection()
     torch.testing.assert_close(model.project(hidden), hidden @ shared.T)
     untied = Transformer(ModelConfig.tiny(vocab_size=50, tie_embeddings=False))
     assert untied.decoder.embedding.tokens.weight is not untied.encoder.embedding.tokens.weight
+    assert untied.output_proj is None  # the output stays tied to the target embedding
+    separate = Transformer(ModelConfig.tiny(vocab_size=50, tie_output=False, output_bias=True))
+    assert separate.decoder.embedding.tokens.weight is separate.encoder.embedding.tokens.weight
+    with torch.no_grad():
+        separate.output_bias.normal_()
+    torch.testing.assert_close(
+        separate.project(hidden),
+        hidden @ separate.output_proj.weight.T + separate.output_bias,
+    )
 
 
 def test_embeddings_are_scaled_by_sqrt_d_model_plus_sinusoids():
@@ -231,7 +243,8 @@ def test_encoder_layer_is_layernorm_of_x_plus_sublayer_x():
         {"n_kv_heads": 2},
         {"n_kv_heads": 1},
         {"positional": "learned"},
-        {"tie_embeddings": False, "d_k": 8, "d_v": 24},
+        {"tie_embeddings": False, "tie_output": False, "d_k": 8, "d_v": 24},
+        {"positional": "sinusoidal_halves", "activation": "swish", "output_bias": True},
     ],
 )
 def test_cached_incremental_decoding_equals_the_full_forward_pass(overrides):

@@ -43,3 +43,12 @@ def test_learned_positions_are_parameters():
     positions = LearnedPositions(max_len=10, d_model=4)
     assert positions(2, offset=3).shape == (2, 4)
     assert [n for n, _ in positions.named_parameters()] == ["weight"]
+
+
+def test_halves_layout_puts_all_sines_first():
+    interleaved = sinusoidal_table(n_positions=6, d_model=6)
+    halves = sinusoidal_table(n_positions=6, d_model=6, halves=True)
+    torch.testing.assert_close(halves[:, :3], interleaved[:, 0::2])
+    torch.testing.assert_close(halves[:, 3:], interleaved[:, 1::2])
+    assert halves[2, 1].item() == pytest.approx(math.sin(2 / 10000 ** (2 / 6)), abs=1e-6)
+    assert halves[2, 4].item() == pytest.approx(math.cos(2 / 10000 ** (2 / 6)), abs=1e-6)

@@ -25,7 +25,8 @@ from typing import Any
 class Positional(str, Enum):
     """How token positions enter the model."""
 
-    SINUSOIDAL = "sinusoidal"  # section 3.5, the paper's default
+    SINUSOIDAL = "sinusoidal"  # section 3.5: sin on even, cos on odd dimensions
+    SINUSOIDAL_HALVES = "sinusoidal_halves"  # same waves, sin in the first half (Marian)
     LEARNED = "learned"  # Table 3 row (E)
 
 
@@ -70,11 +71,16 @@ class ModelConfig:
         max_len: the longest sequence, in tokens, the model accepts.
         norm_first: pre-norm `x + Sublayer(LayerNorm(x))` with a final LayerNorm
             per stack, instead of the paper's post-norm `LayerNorm(x + Sublayer(x))`.
-        tie_embeddings: one matrix for source embedding, target embedding and the
-            pre-softmax projection (section 3.4); needs a shared vocabulary.
+        tie_embeddings: one matrix for the source and the target embedding (section
+            3.4); needs a shared vocabulary.
+        tie_output: the pre-softmax projection is the target embedding matrix (section
+            3.4). The paper ties all three: both flags True.
+        output_bias: a bias on the pre-softmax projection (not in the paper; Marian's
+            `final_logits_bias`).
         scale_embeddings: multiply embeddings by sqrt(d_model) (section 3.4).
         layer_norm_eps: epsilon of every LayerNorm.
-        pad_id, bos_id, eos_id: special token ids of the vocabulary.
+        pad_id, bos_id, eos_id: special token ids of the vocabulary. The decoder
+            starts from bos_id, which may equal pad_id (Marian starts from pad).
 
     Raises:
         ValueError: on a field out of range or an inconsistent combination; the
@@ -98,6 +104,8 @@ class ModelConfig:
     max_len: int = 1024
     norm_first: bool = False
     tie_embeddings: bool = True
+    tie_output: bool = True
+    output_bias: bool = False
     scale_embeddings: bool = True
     layer_norm_eps: float = 1e-5
     pad_id: int = 0
@@ -159,10 +167,10 @@ class ModelConfig:
                 raise ValueError(
                     f"ModelConfig.{name} ({value}) must lie in [0, vocab_size={self.vocab_size})"
                 )
-        if self.pad_id in (self.bos_id, self.eos_id):
+        if self.pad_id == self.eos_id:
             raise ValueError(
-                f"ModelConfig.pad_id ({self.pad_id}) must differ from bos_id ({self.bos_id}) "
-                f"and eos_id ({self.eos_id}): padding is masked out, those tokens are not"
+                f"ModelConfig.pad_id ({self.pad_id}) must differ from eos_id ({self.eos_id}): "
+                "padding is masked out of the source, the end of a sentence is not"
             )
 
     # ----- presets (Table 3) -------------------------------------------------

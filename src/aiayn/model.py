@@ -68,7 +68,8 @@ class Embedding(nn.Module):
 def _positions(cfg: ModelConfig) -> nn.Module:
     if cfg.positional is Positional.LEARNED:
         return LearnedPositions(cfg.max_len, cfg.d_model)
-    return SinusoidalPositions(cfg.max_len, cfg.d_model)
+    halves = cfg.positional is Positional.SINUSOIDAL_HALVES
+    return SinusoidalPositions(cfg.max_len, cfg.d_model, halves)
 
 
 def _attention(cfg: ModelConfig) -> MultiHeadAttention:
@@ -181,8 +182,8 @@ class Transformer(nn.Module):
     Args:
         cfg: the hyper-parameters; see `ModelConfig`.
 
-    With `cfg.tie_embeddings` one (V, D) matrix is the source embedding, the target
-    embedding and the pre-softmax projection (section 3.4).
+    With `cfg.tie_embeddings` and `cfg.tie_output` (the default) one (V, D) matrix is
+    the source embedding, the target embedding and the pre-softmax projection (3.4).
     """
 
     def __init__(self, cfg: ModelConfig) -> None:
@@ -197,8 +198,9 @@ class Transformer(nn.Module):
         self.encoder = Encoder(cfg, src_tokens)
         self.decoder = Decoder(cfg, tgt_tokens)
         self.output_proj = (
-            None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+            None if cfg.tie_output else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         )
+        self.output_bias = nn.Parameter(torch.zeros(cfg.vocab_size)) if cfg.output_bias else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -262,9 +264,12 @@ class Transformer(nn.Module):
 
     def project(self, hidden: Tensor) -> Tensor:
         """The pre-softmax linear map: (B, T, D) states to (B, T, V) logits."""
-        if self.output_proj is None:
-            return F.linear(hidden, self.decoder.embedding.tokens.weight)
-        return self.output_proj(hidden)
+        weight = (
+            self.decoder.embedding.tokens.weight
+            if self.output_proj is None
+            else self.output_proj.weight
+        )
+        return F.linear(hidden, weight, self.output_bias)
 
     def new_cache(self) -> KVCache:
         """An empty key/value cache for incremental decoding."""

@@ -11,11 +11,14 @@ import torch
 from torch import Tensor, nn
 
 
-def sinusoidal_table(n_positions: int, d_model: int) -> Tensor:
+def sinusoidal_table(n_positions: int, d_model: int, halves: bool = False) -> Tensor:
     """The paper's sinusoids, interleaved: even dimensions sine, odd dimensions cosine.
 
     PE(pos, 2i) = sin(pos / 10000^(2i / d_model)),
     PE(pos, 2i+1) = cos(pos / 10000^(2i / d_model)).
+
+    With `halves`, the same values are laid out as Marian (and tensor2tensor) do:
+    all sines in the first ceil(d_model / 2) dimensions, the cosines after them.
 
     Returns:
         (n_positions, d_model) float32.
@@ -26,15 +29,18 @@ def sinusoidal_table(n_positions: int, d_model: int) -> Tensor:
     table = torch.zeros(n_positions, d_model, dtype=torch.float64)
     table[:, 0::2] = torch.sin(angle)
     table[:, 1::2] = torch.cos(angle[:, : d_model // 2])
+    if halves:
+        table = torch.cat([table[:, 0::2], table[:, 1::2]], dim=1)
     return table.float()
 
 
 class SinusoidalPositions(nn.Module):
     """Fixed sinusoidal encodings; a buffer, not a parameter, and not saved."""
 
-    def __init__(self, max_len: int, d_model: int) -> None:
+    def __init__(self, max_len: int, d_model: int, halves: bool = False) -> None:
         super().__init__()
-        self.register_buffer("table", sinusoidal_table(max_len, d_model), persistent=False)
+        table = sinusoidal_table(max_len, d_model, halves)
+        self.register_buffer("table", table, persistent=False)
 
     def forward(self, length: int, offset: int = 0) -> Tensor:
         """Encodings of positions offset .. offset + length - 1: (L, D)."""
