@@ -1,0 +1,302 @@
+"""Marian / opus-mt checkpoints, as `transformers` saves them, run by aiayn's own engine.
+
+A Marian model is the paper's Transformer with a few documented differences, each
+mapped to a `ModelConfig` field rather than a special case in the layers:
+
+    Marian (config.json)                 aiayn
+    sinusoids, sines then cosines        positional = "sinusoidal_halves"
+    final_logits_bias                    output_bias = True
+    decoder_start_token_id (the pad id)  bos_id = pad_id
+    scale_embedding                      scale_embeddings
+    activation_function (often swish)    activation
+    one or two embedding matrices        tie_embeddings
+    lm_head equal to the target one      tie_output
+
+The two ties are read from the weights: `transformers` versions disagree on what
+`share_encoder_decoder_embeddings` and `tie_word_embeddings` tie (in 5.x the latter
+also unties the encoder's and decoder's embeddings from each other).
+
+Tokenization differs too: a source and a target sentencepiece model split text
+into pieces, and `vocab.json` (shared by both sides) maps pieces to ids.
+Nothing here imports `transformers`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sentencepiece as spm
+import torch
+from safetensors.torch import load_file
+
+from aiayn.config import Activation, ModelConfig, Positional
+from aiayn.model import Transformer
+
+log = logging.getLogger(__name__)
+
+_ACTIVATIONS = {"relu": Activation.RELU, "gelu": Activation.GELU, "swish": Activation.SWISH}
+_ACTIVATIONS["silu"] = Activation.SWISH
+
+# Config fields of older or related (BART-family) configs that change the network in
+# ways this mapping does not cover, with the value that is safe to accept.
+_REFUSED_UNLESS = {
+    "normalize_before": False,
+    "add_bias_logits": False,
+    "normalize_embedding": False,
+    "add_final_layer_norm": False,
+    "layernorm_embedding": False,
+    "static_position_embeddings": None,  # None or True: both mean fixed sinusoids
+    "separate_vocabs": False,
+}
+
+
+class MarianFormatError(ValueError):
+    """A Marian directory that cannot be converted faithfully."""
+
+
+def read_marian_config(directory: Path) -> dict[str, Any]:
+    path = directory / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no config.json in {directory}: not a Marian model directory")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise MarianFormatError(f"{path} is not valid JSON: {err}") from None
+
+
+def marian_model_config(hf: dict[str, Any]) -> ModelConfig:
+    """Translate a Marian `config.json` into a `ModelConfig`, refusing what it cannot map.
+
+    Raises:
+        MarianFormatError: naming the field that has no faithful mapping.
+    """
+
+    def refuse(field: str, why: str) -> MarianFormatError:
+        return MarianFormatError(f"Marian config field {field}={hf.get(field)!r}: {why}")
+
+    if hf.get("model_type", "marian") != "marian":
+        raise refuse("model_type", "only Marian models are supported")
+    for field, accepted in _REFUSED_UNLESS.items():
+        value = hf.get(field, accepted)
+        if value != accepted and not (field == "static_position_embeddings" and value is True):
+            raise refuse(field, "not covered by the conversion")
+    for encoder_field, decoder_field in [
+        ("encoder_attention_heads", "decoder_attention_heads"),
+        ("encoder_ffn_dim", "decoder_ffn_dim"),
+    ]:
+        if hf[encoder_field] != hf[decoder_field]:
+            raise refuse(decoder_field, f"differs from {encoder_field}={hf[encoder_field]!r}")
+    decoder_vocab = hf.get("decoder_vocab_size") or hf["vocab_size"]
+    if decoder_vocab != hf["vocab_size"]:
+        raise refuse("decoder_vocab_size", f"differs from vocab_size={hf['vocab_size']}")
+    activation = _ACTIVATIONS.get(hf.get("activation_function", "swish"))
+    if activation is None:
+        raise refuse("activation_function", f"supported: {', '.join(_ACTIVATIONS)}")
+    pad_id = hf["pad_token_id"]
+    return ModelConfig(
+        vocab_size=hf["vocab_size"],
+        d_model=hf["d_model"],
+        n_heads=hf["encoder_attention_heads"],
+        d_ff=hf["encoder_ffn_dim"],
+        n_layers=hf["encoder_layers"],
+        n_encoder_layers=hf["encoder_layers"],
+        n_decoder_layers=hf["decoder_layers"],
+        dropout=hf.get("dropout", 0.1),
+        attention_dropout=hf.get("attention_dropout", 0.0),
+        activation=activation,
+        positional=Positional.SINUSOIDAL_HALVES,
+        max_len=hf.get("max_position_embeddings", 512),
+        norm_first=False,
+        tie_embeddings=True,  # both ties are settled from the weights (module docstring)
+        tie_output=True,
+        output_bias=True,
+        scale_embeddings=hf.get("scale_embedding", False),
+        pad_id=pad_id,
+        bos_id=hf.get("decoder_start_token_id", pad_id),
+        eos_id=hf["eos_token_id"],
+    )
+
+
+def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
+    safetensors_file = directory / "model.safetensors"
+    torch_file = directory / "pytorch_model.bin"
+    try:
+        if safetensors_file.is_file():
+            return load_file(str(safetensors_file))
+        if torch_file.is_file():
+            return torch.load(torch_file, map_location="cpu", weights_only=True)
+    except Exception as err:  # corrupt files raise many kinds of errors
+        raise MarianFormatError(f"cannot read the weights in {directory}: {err}") from None
+    raise FileNotFoundError(f"no model.safetensors or pytorch_model.bin in {directory}")
+
+
+def embedding_ties(weights: dict[str, torch.Tensor]) -> tuple[bool, bool]:
+    """(source embedding is the target's, output projection is the target embedding).
+
+    `save_pretrained` stores a tied matrix once, under one of its names, so a
+    missing name means tied and two stored copies are compared.
+    """
+    shared = weights.get("model.shared.weight")
+    source = weights.get("model.encoder.embed_tokens.weight", shared)
+    target = weights.get("model.decoder.embed_tokens.weight", shared)
+    if source is None or target is None:
+        raise MarianFormatError("the weights hold no embedding matrix (model.shared.weight)")
+    output = weights.get("lm_head.weight", target)
+    return torch.equal(source, target), torch.equal(output, target)
+
+
+def convert_state_dict(
+    weights: dict[str, torch.Tensor], cfg: ModelConfig
+) -> dict[str, torch.Tensor]:
+    """Rename Marian's tensors to aiayn's (every one accounted for)."""
+
+    def first(*names: str) -> torch.Tensor:
+        for name in names:
+            if name in weights:
+                return weights[name]
+        raise MarianFormatError(f"the weights have none of {', '.join(names)}")
+
+    shared = ("model.shared.weight",)
+    source_embedding = first("model.encoder.embed_tokens.weight", *shared)
+    target_embedding = first("model.decoder.embed_tokens.weight", *shared)
+    if cfg.tie_embeddings:
+        target_embedding = source_embedding
+    out = {
+        "encoder.embedding.tokens.weight": source_embedding,
+        "decoder.embedding.tokens.weight": target_embedding,
+        "output_bias": first("final_logits_bias").reshape(-1),
+    }
+    if not cfg.tie_output:
+        out["output_proj.weight"] = first("lm_head.weight")
+    linear = {"q_proj", "k_proj", "v_proj", "out_proj"}
+
+    def copy(ours: str, theirs: str) -> None:
+        for kind in ("weight", "bias"):
+            out[f"{ours}.{kind}"] = first(f"{theirs}.{kind}")
+
+    for i in range(cfg.n_encoder_layers):
+        ours, theirs = f"encoder.layers.{i}", f"model.encoder.layers.{i}"
+        for name in linear:
+            copy(f"{ours}.self_attn.{name}", f"{theirs}.self_attn.{name}")
+        copy(f"{ours}.attn_residual.norm", f"{theirs}.self_attn_layer_norm")
+        copy(f"{ours}.feed_forward.linear1", f"{theirs}.fc1")
+        copy(f"{ours}.feed_forward.linear2", f"{theirs}.fc2")
+        copy(f"{ours}.ff_residual.norm", f"{theirs}.final_layer_norm")
+    for i in range(cfg.n_decoder_layers):
+        ours, theirs = f"decoder.layers.{i}", f"model.decoder.layers.{i}"
+        for name in linear:
+            copy(f"{ours}.self_attn.{name}", f"{theirs}.self_attn.{name}")
+            copy(f"{ours}.cross_attn.{name}", f"{theirs}.encoder_attn.{name}")
+        copy(f"{ours}.self_residual.norm", f"{theirs}.self_attn_layer_norm")
+        copy(f"{ours}.cross_residual.norm", f"{theirs}.encoder_attn_layer_norm")
+        copy(f"{ours}.feed_forward.linear1", f"{theirs}.fc1")
+        copy(f"{ours}.feed_forward.linear2", f"{theirs}.fc2")
+        copy(f"{ours}.ff_residual.norm", f"{theirs}.final_layer_norm")
+    return out
+
+
+def load_marian_model(directory: str | Path) -> Transformer:
+    """Build an aiayn `Transformer` holding a Marian checkpoint's weights.
+
+    Raises:
+        FileNotFoundError: if config.json or the weights are missing.
+        MarianFormatError: if the config has no faithful mapping or a tensor is missing.
+    """
+    directory = Path(directory)
+    cfg = marian_model_config(read_marian_config(directory))
+    weights = _read_weights(directory)
+    tie_embeddings, tie_output = embedding_ties(weights)
+    cfg = dataclasses.replace(cfg, tie_embeddings=tie_embeddings, tie_output=tie_output)
+    state = convert_state_dict(weights, cfg)
+    model = Transformer(cfg)
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as err:
+        raise MarianFormatError(
+            f"the weights in {directory} do not fit their config: {err}"
+        ) from None
+    return model.eval()
+
+
+class MarianTokenizer:
+    """Marian's tokenization: sentencepiece pieces mapped to ids through `vocab.json`.
+
+    The same interface as `aiayn.data.tokenizer.Tokenizer`: `encode` returns ids
+    without eos (batching appends it), `decode` drops special tokens.
+    """
+
+    def __init__(self, directory: str | Path) -> None:
+        directory = Path(directory)
+        for name in ("source.spm", "target.spm", "vocab.json"):
+            if not (directory / name).is_file():
+                raise FileNotFoundError(f"no {name} in {directory}: not a Marian model directory")
+        self.source = spm.SentencePieceProcessor(model_file=str(directory / "source.spm"))
+        self.target = spm.SentencePieceProcessor(model_file=str(directory / "target.spm"))
+        self.piece_to_id: dict[str, int] = json.loads(
+            (directory / "vocab.json").read_text(encoding="utf-8")
+        )
+        self.id_to_piece = {i: piece for piece, i in self.piece_to_id.items()}
+        self.pad_id = self.piece_to_id["<pad>"]
+        self.eos_id = self.piece_to_id["</s>"]
+        self.unk_id = self.piece_to_id["<unk>"]
+        self.bos_id = self.pad_id  # Marian's decoder starts from the pad token
+        self.path = directory
+
+    @property
+    def vocab_size(self) -> int:
+        return max(self.id_to_piece) + 1
+
+    def pieces(self, text: str) -> list[str]:
+        """Source pieces; a leading language code such as >>fra<< stays one piece."""
+        code = []
+        if text.startswith(">>") and (end := text.find("<<")) != -1:
+            code, text = [text[: end + 2]], text[end + 2 :]
+        return code + self.source.EncodeAsPieces(text)
+
+    def encode(self, text: str) -> list[int]:
+        return [self.piece_to_id.get(piece, self.unk_id) for piece in self.pieces(text)]
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [self.encode(text) for text in texts]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        specials = {self.pad_id, self.eos_id}
+        pieces = [self.id_to_piece.get(i, "<unk>") for i in ids if i not in specials]
+        return self.target.DecodePieces(pieces)
+
+
+@dataclass(frozen=True)
+class MarianGeneration:
+    """Search settings a Marian directory asks for (generation_config.json / config.json)."""
+
+    beam: int = 4
+    max_length: int = 512
+    length_penalty: float = 1.0  # Hugging Face form: score / length ** length_penalty
+    bad_word_ids: tuple[int, ...] = ()
+
+
+def marian_generation(directory: str | Path) -> MarianGeneration:
+    """Read the directory's generation defaults; the pad id is never generated."""
+    directory = Path(directory)
+    values = read_marian_config(directory)
+    generation_file = directory / "generation_config.json"
+    if generation_file.is_file():
+        values = {**values, **json.loads(generation_file.read_text(encoding="utf-8"))}
+    bad = {values["pad_token_id"]}
+    for word in values.get("bad_words_ids") or []:
+        if len(word) == 1:
+            bad.add(word[0])
+        else:
+            log.warning("ignoring a multi-token bad word %s: only single tokens are banned", word)
+    return MarianGeneration(
+        beam=values.get("num_beams") or 1,
+        max_length=values.get("max_length") or 512,
+        length_penalty=values.get("length_penalty", 1.0),
+        bad_word_ids=tuple(sorted(bad)),
+    )

@@ -1,0 +1,226 @@
+"""Marian checkpoints built locally with `transformers` give the same numbers in aiayn."""
+
+import json
+import random
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from aiayn.data.tokenizer import train_tokenizer
+from aiayn.marian import (
+    MarianFormatError,
+    MarianTokenizer,
+    load_marian_model,
+    marian_generation,
+    marian_model_config,
+)
+
+transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
+
+WORDS_EN = "the a cat dog sat ran on under mat house red big small quickly and".split()  # noqa: SIM905
+WORDS_DE = "der die das katze hund sass lief auf unter matte haus rot gross klein und".split()  # noqa: SIM905
+
+
+def sentences(words, n, seed):
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(words) for _ in range(rng.randint(3, 12))) for _ in range(n)]
+
+
+def build_marian_directory(path, shape, seed=0):
+    """A random-weight MarianMTModel with its own sentencepiece models, saved like opus-mt."""
+    source = train_tokenizer(sentences(WORDS_EN, 400, seed), path / "src.model", vocab_size=60)
+    target = train_tokenizer(sentences(WORDS_DE, 400, seed + 1), path / "tgt.model", vocab_size=60)
+    (path / "source.spm").write_bytes((path / "src.model").read_bytes())
+    (path / "target.spm").write_bytes((path / "tgt.model").read_bytes())
+    pieces = ["</s>", "<unk>"]
+    for tok in (source, target):
+        for i in range(4, tok.vocab_size):
+            piece = tok.processor.IdToPiece(i)
+            if piece not in pieces:
+                pieces.append(piece)
+    pieces.append("<pad>")
+    vocab = {piece: i for i, piece in enumerate(pieces)}
+    (path / "vocab.json").write_text(json.dumps(vocab))
+    config = transformers.MarianConfig(
+        vocab_size=len(vocab),
+        decoder_vocab_size=len(vocab),
+        pad_token_id=vocab["<pad>"],
+        decoder_start_token_id=vocab["<pad>"],
+        eos_token_id=0,
+        forced_eos_token_id=0,
+        max_position_embeddings=128,
+        scale_embedding=True,
+        dropout=0.0,
+        **shape,
+    )
+    torch.manual_seed(seed)
+    model = transformers.MarianMTModel(config).eval()
+    with torch.no_grad():  # random biases and norms, so that no mapping hides behind a zero
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "layer_norm" in name:
+                p.add_(0.1 * torch.randn_like(p))
+        model.final_logits_bias.normal_(std=0.5)
+    # opus-mt's generation settings (beam, length, the pad id banned)
+    model.generation_config.num_beams = 4
+    model.generation_config.max_length = 40
+    model.generation_config.bad_words_ids = [[vocab["<pad>"]]]
+    model.save_pretrained(path)
+    tokenizer = transformers.MarianTokenizer(
+        str(path / "source.spm"), str(path / "target.spm"), str(path / "vocab.json")
+    )
+    tokenizer.save_pretrained(path)
+    return model, tokenizer
+
+
+SHAPES = {
+    "swish-2x2": dict(
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        activation_function="swish",
+    ),
+    "gelu-3x1-untied": dict(
+        d_model=48,
+        encoder_layers=3,
+        decoder_layers=1,
+        encoder_attention_heads=6,
+        decoder_attention_heads=6,
+        encoder_ffn_dim=96,
+        decoder_ffn_dim=96,
+        activation_function="gelu",
+        tie_word_embeddings=False,
+    ),
+    "relu-1x2-separate-embeddings": dict(
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=2,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=40,
+        decoder_ffn_dim=40,
+        activation_function="relu",
+        share_encoder_decoder_embeddings=False,
+    ),
+}
+
+
+@pytest.fixture(scope="module", params=list(SHAPES))
+def marian(request, tmp_path_factory):
+    path = tmp_path_factory.mktemp(request.param)
+    model, tokenizer = build_marian_directory(path, SHAPES[request.param])
+    return path, model, tokenizer
+
+
+TEXTS = [
+    "the cat sat on the mat",
+    "a big red dog ran quickly under the small house and the mat",
+    "dog",
+]
+
+
+def test_logits_equal_transformers_with_padding(marian):
+    path, reference, hf_tokenizer = marian
+    ours = load_marian_model(path)
+    batch = hf_tokenizer(TEXTS, return_tensors="pt", padding=True)
+    decoder_in = torch.randint(2, ours.cfg.vocab_size - 1, (len(TEXTS), 7))
+    decoder_in[:, 0] = ours.cfg.bos_id
+    with torch.no_grad():
+        expected = reference(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            decoder_input_ids=decoder_in,
+        ).logits
+        logits = ours(batch["input_ids"], decoder_in)
+    torch.testing.assert_close(logits, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_tokenization_equals_transformers(marian):
+    path, _, hf_tokenizer = marian
+    ours = MarianTokenizer(path)
+    for text in [*TEXTS, "unseen zebra words", ">>deu<< the cat"]:
+        expected = hf_tokenizer(text)["input_ids"]
+        assert [*ours.encode(text), ours.eos_id] == expected
+    ids = ours.encode("the cat sat")
+    assert ours.vocab_size == len(hf_tokenizer.get_vocab())
+    pieces = [ours.id_to_piece[i] for i in ids]
+    assert ours.target.DecodePieces(pieces) == ours.decode([*ids, ours.eos_id, ours.pad_id])
+
+
+def test_config_maps_every_difference_explicitly(marian):
+    path, reference, _ = marian
+    cfg = load_marian_model(path).cfg
+    hf = reference.config
+    assert cfg.positional.value == "sinusoidal_halves"
+    assert cfg.output_bias and cfg.scale_embeddings
+    assert cfg.bos_id == cfg.pad_id == hf.decoder_start_token_id
+    assert cfg.eos_id == hf.eos_token_id
+    embeddings = (
+        reference.model.encoder.embed_tokens.weight,
+        reference.model.decoder.embed_tokens.weight,
+    )
+    assert cfg.tie_embeddings == torch.equal(*embeddings)
+    assert cfg.tie_output == torch.equal(reference.lm_head.weight, embeddings[1])
+    assert cfg.activation.value in hf.activation_function  # swish / gelu / relu
+
+
+def test_generation_defaults_are_read_from_the_directory(marian):
+    path, reference, _ = marian
+    generation = marian_generation(path)
+    assert generation.beam == 4
+    assert generation.max_length == 40
+    assert generation.bad_word_ids == (reference.config.pad_token_id,)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("normalize_before", True),
+        ("add_bias_logits", True),
+        ("normalize_embedding", True),
+        ("activation_function", "tanh"),
+        ("decoder_ffn_dim", 17),
+        ("model_type", "bart"),
+    ],
+)
+def test_unmapped_config_fields_are_refused_by_name(field, value):
+    hf = {
+        "model_type": "marian",
+        "vocab_size": 10,
+        "d_model": 8,
+        "encoder_layers": 1,
+        "decoder_layers": 1,
+        "encoder_attention_heads": 2,
+        "decoder_attention_heads": 2,
+        "encoder_ffn_dim": 16,
+        "decoder_ffn_dim": 16,
+        "pad_token_id": 9,
+        "eos_token_id": 0,
+    }
+    marian_model_config(hf)  # the base config converts
+    with pytest.raises(MarianFormatError, match=field):
+        marian_model_config({**hf, field: value})
+
+
+def test_missing_and_corrupt_directories_give_clear_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"config\.json"):
+        load_marian_model(tmp_path)
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(MarianFormatError, match=r"config\.json"):
+        load_marian_model(tmp_path)
+
+
+def test_conversion_does_not_import_transformers(marian):
+    path, _, _ = marian
+    code = (
+        "import sys; from aiayn.marian import load_marian_model, MarianTokenizer; "
+        f"load_marian_model({str(path)!r}); MarianTokenizer({str(path)!r}); "
+        "assert 'transformers' not in sys.modules, 'transformers was imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
