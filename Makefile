@@ -7,6 +7,9 @@ BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 SWORD_PACKAGES := sword-text-web sword-text-sparv sword-text-kjv
 
+# Folders ruff looks at (benchmarks/ may not exist yet).
+CODE := $(wildcard src tests benchmarks)
+
 .PHONY: demo test lint format install sword clean
 
 $(BIN)/python:
@@ -37,12 +40,12 @@ demo: install
 	$(BIN)/aiayn demo
 
 lint: install
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check $(CODE)
+	$(BIN)/ruff format --check $(CODE)
 
 format: install
-	$(BIN)/ruff check --fix src tests benchmarks
-	$(BIN)/ruff format src tests benchmarks
+	$(BIN)/ruff check --fix $(CODE)
+	$(BIN)/ruff format $(CODE)
 
 test: install lint sword
 	$(BIN)/python -m pytest -n 2 -q
