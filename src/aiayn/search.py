@@ -342,7 +342,11 @@ def beam_search(
     fin_log_probs = torch.full((batch, n_keep), NEG_INF, dtype=dtype, device=device)
     n_finished = torch.zeros(batch, dtype=torch.long, device=device)
     # Results, by original sentence index.
-    out_tokens, out_scores, out_log_probs = fin_tokens.clone(), fin_scores.clone(), fin_log_probs.clone()
+    out_tokens, out_scores, out_log_probs = (
+        fin_tokens.clone(),
+        fin_scores.clone(),
+        fin_log_probs.clone(),
+    )
     lp_longest = length_penalty(max_out.to(dtype), alpha)  # (B,)
 
     for t in range(1, longest + 1):
@@ -401,7 +405,11 @@ def beam_search(
             store.reorder(sentence_rows)
         encoded = encoded.index_select(sentence_rows)
         tokens, scores, sentence = tokens[keep], scores[keep], sentence[keep]
-        fin_tokens, fin_scores, fin_log_probs = fin_tokens[keep], fin_scores[keep], fin_log_probs[keep]
+        fin_tokens, fin_scores, fin_log_probs = (
+            fin_tokens[keep],
+            fin_scores[keep],
+            fin_log_probs[keep],
+        )
         n_finished, max_out, lp_longest = n_finished[keep], max_out[keep], lp_longest[keep]
 
     results: list[list[Hypothesis]] = []
@@ -464,7 +472,13 @@ def search(model: Decodable, src: Tensor, config: DecodeConfig) -> list[list[Hyp
     """Decode a batch as `config` says: sampling, greedy (beam 1) or beam search."""
     if config.sampling:
         return sample(
-            model, src, config.extra_len, config.temperature, config.top_k, config.top_p, config.seed
+            model,
+            src,
+            config.extra_len,
+            config.temperature,
+            config.top_k,
+            config.top_p,
+            config.seed,
         )
     if config.beam == 1:
         return greedy_search(model, src, config.extra_len)
