@@ -1,6 +1,6 @@
 """A tiny trained-looking run directory for the inference tests (random weights).
 
-    RUN/spm.model, RUN/checkpoints/step-00000001/model.safetensors
+RUN/spm.model, RUN/checkpoints/step-00000001/model.safetensors
 """
 
 from __future__ import annotations
@@ -19,7 +19,21 @@ from aiayn.data.tokenizer import train_tokenizer
 # machines running the tests are shared and two threads there can be far slower.
 torch.set_num_threads(1)
 
-WORDS = "house garden river tree stone bridge light water night summer ein das haus".split()
+WORDS = [
+    "house",
+    "garden",
+    "river",
+    "tree",
+    "stone",
+    "bridge",
+    "light",
+    "water",
+    "night",
+    "summer",
+    "ein",
+    "das",
+    "haus",
+]
 VOCAB_SIZE = 48
 
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from infer_helpers import make_run, sentences
 from typer.testing import CliRunner
 
 from aiayn import ModelConfig, Transformer
@@ -16,6 +15,7 @@ from aiayn.cli import app
 from aiayn.data.tokenizer import train_tokenizer
 from aiayn.search import DecodeConfig, search
 from aiayn.translate import InputError, Translator, read_lines
+from infer_helpers import make_run, sentences
 
 
 @pytest.fixture(scope="module")
