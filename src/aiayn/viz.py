@@ -134,16 +134,19 @@ def plot_translation_attention(
         The PNG path of each kind.
     """
     maps, src_pieces, tgt_pieces = translation_attention(translator, sentence, config)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     kinds = {
         AttentionKind.ENCODER: (maps.encoder, src_pieces, src_pieces, "encoder self-attention"),
         AttentionKind.DECODER: (maps.decoder, tgt_pieces, tgt_pieces, "decoder self-attention"),
         AttentionKind.CROSS: (maps.cross, tgt_pieces, src_pieces, "encoder-decoder attention"),
     }
+    figures = {  # all drawn (and layers, heads checked) before anything is written
+        kind: plot_attention(weights, rows, cols, title, layers, heads)
+        for kind, (weights, rows, cols, title) in kinds.items()
+    }
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     paths = {}
-    for kind, (weights, rows, cols, title) in kinds.items():
-        fig = plot_attention(weights, rows, cols, title, layers, heads)
+    for kind, fig in figures.items():
         paths[kind] = out_dir / f"{kind.value}.png"
         fig.savefig(paths[kind], dpi=100)
     return paths
