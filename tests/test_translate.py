@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,10 @@ def test_cli_bad_input_is_one_clear_line(
     assert result.exit_code == 1
     assert message in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_bfloat16_model_still_sums_scores_in_float32(run: Path) -> None:
+    translator = Translator.load(run, dtype=torch.bfloat16)
+    assert next(translator.model.parameters()).dtype == torch.bfloat16
+    (candidates,) = translator.translate_nbest(["house."], DecodeConfig(beam=2, extra_len=3))
+    assert isinstance(candidates[0].text, str) and math.isfinite(candidates[0].score)

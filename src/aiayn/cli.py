@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -69,14 +70,29 @@ def _warnings_to_stderr() -> None:
     logging.basicConfig(level=logging.WARNING, format="aiayn: %(levelname)s: %(message)s")
 
 
-def _load_translator(run: Path, device: str, tokenizer: Path | None):
+class Precision(str, Enum):
+    """Floating-point type of the model during inference."""
+
+    FLOAT32 = "float32"
+    BFLOAT16 = "bfloat16"
+    FLOAT16 = "float16"
+
+
+def _load_translator(
+    run: Path, device: str, tokenizer: Path | None, precision: Precision = Precision.FLOAT32
+):
     import torch
 
     from aiayn.translate import Translator
 
+    try:
+        torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"--device {device}: not a device name (cpu, cuda, cuda:1, ...)") from None
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"--device {device}: no CUDA device is available here")
-    return Translator.load(run, device=device, tokenizer=tokenizer)
+    dtype = getattr(torch, Precision(precision).value)
+    return Translator.load(run, device=device, tokenizer=tokenizer, dtype=dtype)
 
 
 def _write_lines(lines: list[str], output: Path | None) -> None:
@@ -102,6 +118,9 @@ BeamOpt = Annotated[int, typer.Option("--beam", help="Beam width (1 = greedy sea
 AlphaOpt = Annotated[float, typer.Option("--alpha", help="Length penalty exponent (section 6).")]
 MaxTokensOpt = Annotated[int, typer.Option("--max-tokens", help="Source tokens per batch.")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:1, ...")]
+PrecisionOpt = Annotated[
+    Precision, typer.Option("--dtype", help="Model precision (bfloat16 suits GPUs).")
+]
 TokenizerOpt = Annotated[
     Path | None, typer.Option("--tokenizer", help="Subword model (default: RUN/spm.model).")
 ]
@@ -130,6 +149,7 @@ def translate(
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
     max_tokens: MaxTokensOpt = 4096,
     device: DeviceOpt = "cpu",
+    dtype: PrecisionOpt = Precision.FLOAT32,
     tokenizer: TokenizerOpt = None,
 ) -> None:
     """Translate stdin or a file, one sentence per line, keeping order and empty lines."""
@@ -152,7 +172,7 @@ def translate(
             seed=seed,
         )
         lines = read_lines(input) if input else list(decode_lines(sys.stdin.buffer, "<stdin>"))
-        translator = _load_translator(run, device, tokenizer)
+        translator = _load_translator(run, device, tokenizer, dtype)
         results = translator.translate_nbest(lines, config, max_tokens, progress=output is not None)
     except (FileNotFoundError, ValueError) as err:
         raise _fail(err) from None
@@ -183,6 +203,7 @@ def evaluate(
     alpha: AlphaOpt = 0.6,
     max_tokens: MaxTokensOpt = 4096,
     device: DeviceOpt = "cpu",
+    dtype: PrecisionOpt = Precision.FLOAT32,
     tokenizer: TokenizerOpt = None,
 ) -> None:
     """sacreBLEU (with signature) and chrF, plus the paper-style tokenized BLEU, labelled."""
@@ -199,7 +220,7 @@ def evaluate(
         sources, references = read_lines(src), read_lines(ref)
         if len(sources) != len(references):
             raise ValueError(f"{src} has {len(sources)} lines but {ref} has {len(references)}")
-        translator = _load_translator(run, device, tokenizer)
+        translator = _load_translator(run, device, tokenizer, dtype)
         hypotheses = translator.translate(
             sources, beam=beam, alpha=alpha, max_tokens=max_tokens, progress=True
         )

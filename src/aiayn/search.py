@@ -150,6 +150,7 @@ def _one_path_search(
     encoded = model.encode(src)
     max_out = max_output_lengths(encoded.real_tokens, extra_len, cfg.max_len)  # (B,)
     longest = int(max_out.max())
+    limits = set(max_out.tolist())  # steps at which some sentence may only end
     cache = model.new_cache()
     dtype = _score_dtype(encoded)
 
@@ -162,7 +163,8 @@ def _one_path_search(
 
     for t in range(1, longest + 1):
         log_probs = _next_log_probs(model, tokens[:, t - 1], encoded, cache)  # (N, V)
-        log_probs = _only_eos(log_probs, max_out == t, cfg.eos_id)
+        if t in limits:
+            log_probs = _only_eos(log_probs, max_out == t, cfg.eos_id)
         chosen = pick(log_probs)  # (N,)
         tokens[:, t] = chosen
         log_prob = log_prob + log_probs.gather(1, chosen[:, None]).squeeze(1)
@@ -324,6 +326,7 @@ def beam_search(
     encoded = model.encode(src)
     max_out = max_output_lengths(encoded.real_tokens, extra_len, cfg.max_len)  # (B,)
     longest = int(max_out.max())
+    limits = set(max_out.tolist())  # steps at which some sentence may only end
     row_of = torch.arange(k, device=device)  # beam offsets inside a sentence's rows
     dtype = _score_dtype(encoded)
     encoded = encoded.index_select(torch.arange(batch, device=device).repeat_interleave(k))
@@ -353,7 +356,8 @@ def beam_search(
         n_live = scores.size(0)
         last = tokens[:, :, t - 1].reshape(n_live * k)
         log_probs = _next_log_probs(model, last, encoded, cache).view(n_live, k, vocab)
-        log_probs = _only_eos(log_probs, max_out == t, cfg.eos_id)
+        if t in limits:
+            log_probs = _only_eos(log_probs, max_out == t, cfg.eos_id)
         candidates = (scores[:, :, None] + log_probs).view(n_live, k * vocab)
         top_scores, top_index = candidates.topk(2 * k, dim=1)  # (N, 2K), best first
         parent, token = top_index // vocab, top_index % vocab

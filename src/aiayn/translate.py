@@ -99,6 +99,8 @@ class Translator:
         model: the Transformer (put in eval mode on `device`).
         tokenizer: the shared subword model it was trained with.
         device: where to run the search.
+        dtype: the model's floating-point type there (e.g. torch.bfloat16 on a GPU);
+            unchanged by default. Search scores are summed in float32 regardless.
 
     Raises:
         ValueError: if the subword model's vocabulary or special ids do not match
@@ -106,7 +108,11 @@ class Translator:
     """
 
     def __init__(
-        self, model: Transformer, tokenizer: Tokenizer, device: str | torch.device = "cpu"
+        self,
+        model: Transformer,
+        tokenizer: Tokenizer,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype | None = None,
     ) -> None:
         cfg = model.cfg
         source = f" ({tokenizer.path})" if tokenizer.path else ""
@@ -122,7 +128,7 @@ class Translator:
                 f"uses {(cfg.pad_id, cfg.bos_id, cfg.eos_id)}"
             )
         self.device = torch.device(device)
-        self.model = model.to(self.device).eval()
+        self.model = model.to(self.device, dtype=dtype).eval()
         self.tokenizer = tokenizer
 
     @classmethod
@@ -131,6 +137,7 @@ class Translator:
         run_or_checkpoint: str | Path,
         device: str | torch.device = "cpu",
         tokenizer: str | Path | None = None,
+        dtype: torch.dtype | None = None,
     ) -> Translator:
         """Load a run directory (its best available checkpoint) or a weights file.
 
@@ -139,6 +146,7 @@ class Translator:
                 `.safetensors` file; see `aiayn.checkpoint.resolve_weights`.
             device: e.g. "cpu" or "cuda".
             tokenizer: the subword model; by default the run's `spm.model`.
+            dtype: see the class docstring.
 
         Raises:
             FileNotFoundError: if the checkpoint or subword model is missing.
@@ -148,7 +156,7 @@ class Translator:
         spm_path = Path(tokenizer) if tokenizer is not None else find_tokenizer(weights)
         model = load_model(weights, device="cpu")
         log.info("loaded %s with subword model %s", weights, spm_path)
-        return cls(model, Tokenizer.load(spm_path), device)
+        return cls(model, Tokenizer.load(spm_path), device, dtype)
 
     # ----- translating --------------------------------------------------------
 
