@@ -210,6 +210,16 @@ def greedy_search(model: Decodable, src: Tensor, extra_len: int = 50) -> list[li
     return _one_path_search(model, src, extra_len, lambda log_probs: log_probs.argmax(dim=-1))
 
 
+def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
+    """Raise a ValueError naming the first sampling option out of range."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k}")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must lie in (0, 1], got {top_p}")
+
+
 def filter_logits(
     logits: Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
 ) -> Tensor:
@@ -218,17 +228,12 @@ def filter_logits(
     Filtered entries become -inf. Top-p keeps the smallest set of most probable
     tokens whose probability reaches `top_p` (always at least one).
     """
-    if temperature <= 0:
-        raise ValueError(f"temperature must be positive, got {temperature}")
+    check_sampling(temperature, top_k, top_p)
     logits = logits / temperature
     if top_k is not None:
-        if top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {top_k}")
         kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, NEG_INF)
     if top_p is not None:
-        if not 0.0 < top_p <= 1.0:
-            raise ValueError(f"top_p must lie in (0, 1], got {top_p}")
         sorted_logits, order = logits.sort(dim=-1, descending=True)
         probs = sorted_logits.softmax(dim=-1)
         before = probs.cumsum(dim=-1) - probs  # mass of the more probable tokens
@@ -259,7 +264,7 @@ def sample(
         top_p: sample among the most probable tokens holding this much mass.
         seed: seeds a generator of its own (the global RNG is left alone).
     """
-    filter_logits(torch.zeros(1, 2), temperature, top_k, top_p)  # validate before encoding
+    check_sampling(temperature, top_k, top_p)
     generator = torch.Generator(device=src.device).manual_seed(seed)
 
     def pick(log_probs: Tensor) -> Tensor:
@@ -295,8 +300,8 @@ def beam_search(
     hypothesis can score at most `log_prob / length_penalty(longest, alpha)`. Done
     sentences leave the batch and the cache.
 
-    With K = 1 this is greedy search. With K at least the number of candidates of
-    every step (tiny vocabularies) nothing is pruned and it is exhaustive search.
+    With K = 1 this is greedy search. With K at least the number of possible
+    outputs (tiny vocabularies and lengths) nothing is pruned: exhaustive search.
 
     Args:
         model: an encoder-decoder in eval mode (see `Decodable`).
@@ -469,7 +474,7 @@ class DecodeConfig:
             )
         if self.extra_len < 0:
             raise ValueError(f"DecodeConfig.extra_len must be >= 0, got {self.extra_len}")
-        filter_logits(torch.zeros(1, 2), self.temperature, self.top_k, self.top_p)
+        check_sampling(self.temperature, self.top_k, self.top_p)
 
 
 def search(model: Decodable, src: Tensor, config: DecodeConfig) -> list[list[Hypothesis]]:
