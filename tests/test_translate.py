@@ -109,10 +109,12 @@ def test_cli_translate_keeps_order_and_empty_lines(
     expected = translator.translate(lines, extra_len=4)
     assert out.read_text(encoding="utf-8").split("\n")[:-1] == expected
     assert out.read_text(encoding="utf-8").split("\n")[1] == ""
+    assert "6/6" in result.stderr  # the progress bar, on stderr, when writing to a file
 
     piped = CliRunner().invoke(app, ["translate", str(run), "--beam", "1"], input="river.\n\n")
     assert piped.exit_code == 0, piped.output
     assert piped.stdout == translator.translate(["river."], beam=1)[0] + "\n\n"
+    assert "2/2" not in piped.stderr  # no bar when the output is the terminal or a pipe
 
 
 def test_cli_nbest_format(run: Path) -> None:
