@@ -77,7 +77,7 @@ def plot_attention(
         raise ValueError(
             f"{len(query_tokens)} x {len(key_tokens)} labels for {n_query} x {n_key} weights"
         )
-    size = 0.25 * max(n_query, n_key) + 1.5
+    size = min(0.25 * max(n_query, n_key) + 1.5, 8.0)  # inches per panel, capped
     fig = Figure(figsize=(size * len(head_ids), size * len(layer_ids)), layout="constrained")
     grid = fig.subplots(len(layer_ids), len(head_ids), squeeze=False)
     for row, layer in enumerate(layer_ids):
