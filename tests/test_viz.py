@@ -17,7 +17,7 @@ from infer_helpers import make_run
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_run(tmp_path_factory.mktemp("viz"))
+    return make_run(tmp_path_factory.mktemp("viz"), max_len=12)  # short outputs: small PNGs
 
 
 @pytest.fixture(scope="module")
