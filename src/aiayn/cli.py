@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
 app = typer.Typer(
@@ -52,6 +56,208 @@ def demo(vocab_size: int = typer.Option(37000, help="Shared vocabulary size for 
 
 
 # ----- inference: translate, evaluate, attention -----------------------------
+
+
+def _fail(err: Exception) -> typer.Exit:
+    """Report a user error in one line (no traceback) and exit with status 1."""
+    typer.echo(f"aiayn: error: {err}", err=True)
+    return typer.Exit(code=1)
+
+
+def _warnings_to_stderr() -> None:
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="aiayn: %(levelname)s: %(message)s")
+
+
+class Precision(str, Enum):
+    """Floating-point type of the model during inference."""
+
+    FLOAT32 = "float32"
+    BFLOAT16 = "bfloat16"
+    FLOAT16 = "float16"
+
+
+def _load_translator(
+    run: Path, device: str, tokenizer: Path | None, precision: Precision = Precision.FLOAT32
+):
+    import torch
+
+    from aiayn.translate import Translator
+
+    try:
+        torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"--device {device}: not a device name (cpu, cuda, cuda:1, ...)") from None
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: no CUDA device is available here")
+    dtype = getattr(torch, Precision(precision).value)
+    return Translator.load(run, device=device, tokenizer=tokenizer, dtype=dtype)
+
+
+def _write_lines(lines: list[str], output: Path | None) -> None:
+    """To stdout, or to `output` atomically (an earlier file survives a failure)."""
+    import os
+    import sys
+
+    text = "".join(f"{line}\n" for line in lines)
+    if output is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_name(f".{output.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, output)
+
+
+RunArg = Annotated[
+    Path, typer.Argument(help="Run directory, checkpoint directory or .safetensors file.")
+]
+BeamOpt = Annotated[int, typer.Option("--beam", help="Beam width (1 = greedy search).")]
+AlphaOpt = Annotated[float, typer.Option("--alpha", help="Length penalty exponent (section 6).")]
+MaxTokensOpt = Annotated[int, typer.Option("--max-tokens", help="Source tokens per batch.")]
+DeviceOpt = Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:1, ...")]
+PrecisionOpt = Annotated[
+    Precision, typer.Option("--dtype", help="Model precision (bfloat16 suits GPUs).")
+]
+TokenizerOpt = Annotated[
+    Path | None, typer.Option("--tokenizer", help="Subword model (default: RUN/spm.model).")
+]
+
+
+@app.command()
+def translate(
+    run: RunArg,
+    input: Annotated[
+        Path | None, typer.Option("-i", "--input", help="Input file (default stdin).")
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="Output file (default stdout).")
+    ] = None,
+    beam: BeamOpt = 4,
+    alpha: AlphaOpt = 0.6,
+    nbest: Annotated[
+        int,
+        typer.Option(help="With N > 1, write N candidates per line as 'i ||| text ||| score'."),
+    ] = 1,
+    extra_len: Annotated[int, typer.Option(help="Output may exceed the source by this.")] = 50,
+    sample: Annotated[bool, typer.Option("--sample", help="Sample instead of searching.")] = False,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
+    top_k: Annotated[int | None, typer.Option(help="Sample among the k likeliest.")] = None,
+    top_p: Annotated[float | None, typer.Option(help="Nucleus sampling mass.")] = None,
+    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
+    max_tokens: MaxTokensOpt = 4096,
+    device: DeviceOpt = "cpu",
+    dtype: PrecisionOpt = Precision.FLOAT32,
+    tokenizer: TokenizerOpt = None,
+) -> None:
+    """Translate stdin or a file, one sentence per line, keeping order and empty lines."""
+    import sys
+
+    from aiayn.search import DecodeConfig
+    from aiayn.translate import decode_lines, read_lines
+
+    _warnings_to_stderr()
+    try:
+        config = DecodeConfig(
+            beam=beam,
+            alpha=alpha,
+            nbest=nbest,
+            extra_len=extra_len,
+            sampling=sample,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            seed=seed,
+        )
+        lines = read_lines(input) if input else list(decode_lines(sys.stdin.buffer, "<stdin>"))
+        translator = _load_translator(run, device, tokenizer, dtype)
+        results = translator.translate_nbest(lines, config, max_tokens, progress=output is not None)
+    except (FileNotFoundError, ValueError) as err:
+        raise _fail(err) from None
+    if nbest == 1:
+        out = [candidates[0].text if candidates else "" for candidates in results]
+    else:
+        out = [
+            f"{i} ||| {c.text} ||| {c.score:.4f}"
+            for i, candidates in enumerate(results)
+            for c in (candidates or [])
+        ]
+    _write_lines(out, output)
+
+
+@app.command()
+def evaluate(
+    run: RunArg,
+    split: Annotated[
+        str | None, typer.Option(help="Score RUN/data/SPLIT.src against RUN/data/SPLIT.tgt.")
+    ] = None,
+    src: Annotated[Path | None, typer.Option(help="Source file (with --ref).")] = None,
+    ref: Annotated[Path | None, typer.Option(help="Reference file (with --src).")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Where hypotheses.txt and scores.json go (default RUN/eval/NAME)."),
+    ] = None,
+    beam: BeamOpt = 4,
+    alpha: AlphaOpt = 0.6,
+    max_tokens: MaxTokensOpt = 4096,
+    device: DeviceOpt = "cpu",
+    dtype: PrecisionOpt = Precision.FLOAT32,
+    tokenizer: TokenizerOpt = None,
+) -> None:
+    """sacreBLEU (with signature) and chrF, plus the paper-style tokenized BLEU, labelled."""
+    from aiayn import evaluate as scoring
+    from aiayn.translate import read_lines
+
+    _warnings_to_stderr()
+    try:
+        if (split is None) == (src is None and ref is None) or (src is None) != (ref is None):
+            raise ValueError("give either --split NAME or both --src FILE and --ref FILE")
+        if split is not None:
+            src, ref = run / "data" / f"{split}.src", run / "data" / f"{split}.tgt"
+        name = split or src.stem
+        sources, references = read_lines(src), read_lines(ref)
+        if len(sources) != len(references):
+            raise ValueError(f"{src} has {len(sources)} lines but {ref} has {len(references)}")
+        translator = _load_translator(run, device, tokenizer, dtype)
+        hypotheses = translator.translate(
+            sources, beam=beam, alpha=alpha, max_tokens=max_tokens, progress=True
+        )
+        scores = scoring.score(hypotheses, references)
+        out_dir = out or (run if run.is_dir() else run.parent) / "eval" / name
+        json_path = scoring.write_report(scores, hypotheses, out_dir)
+    except (FileNotFoundError, ValueError) as err:
+        raise _fail(err) from None
+    typer.echo(scores.summary())
+    typer.echo(f"wrote {out_dir / 'hypotheses.txt'} and {json_path}", err=True)
+
+
+@app.command()
+def attention(
+    run: RunArg,
+    sentence: Annotated[str, typer.Argument(help="The source sentence.")],
+    out: Annotated[Path, typer.Option(help="Directory for the PNGs.")] = Path("attention"),
+    layer: Annotated[list[int] | None, typer.Option(help="Layer(s) to draw, from 0.")] = None,
+    head: Annotated[list[int] | None, typer.Option(help="Head(s) to draw, from 0.")] = None,
+    beam: Annotated[int, typer.Option(help="Beam width for the translation drawn.")] = 1,
+    device: DeviceOpt = "cpu",
+    tokenizer: TokenizerOpt = None,
+) -> None:
+    """Heat maps of encoder, decoder and encoder-decoder attention, one grid each, as PNG."""
+    from aiayn.search import DecodeConfig
+    from aiayn.viz import plot_translation_attention
+
+    _warnings_to_stderr()
+    try:
+        translator = _load_translator(run, device, tokenizer)
+        paths = plot_translation_attention(
+            translator, sentence, out, layer or None, head or None, DecodeConfig(beam=beam)
+        )
+    except (FileNotFoundError, ValueError) as err:
+        raise _fail(err) from None
+    for path in paths.values():
+        typer.echo(str(path))
 
 
 if __name__ == "__main__":

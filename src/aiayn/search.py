@@ -1,0 +1,494 @@
+"""Search over the incremental decoder: greedy, beam search (section 6) and sampling.
+
+Shape legend:
+    B sentences, N sentences still being decoded, K beam width, P n-best kept,
+    S source length, L longest output allowed, V vocabulary.
+
+The search knows the model only through `encode`, `new_cache` and `decode` (see
+`Decodable`). The encoder runs once per batch; every step feeds the decoder one
+new token per row and the key/value cache holds the prefix, so no step recomputes
+it. Sentences that are done leave the batch (and the cache) at once, so they stop
+costing compute. Everything inside a step is batched over sentences and beams.
+
+Conventions, shared by every function here:
+    - The output length counts the generated tokens including the final eos.
+    - The longest output is `source length + extra_len` (section 6: input length +
+      50), source length counting real tokens (its eos included), clipped to the
+      model's `max_len`; at that length only eos may follow.
+    - pad and bos are never generated (their log-probabilities are set to -inf,
+      without renormalising the rest).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from aiayn.attention import KVCache
+from aiayn.config import ModelConfig
+from aiayn.model import EncoderOutput
+
+log = logging.getLogger(__name__)
+
+NEG_INF = float("-inf")
+
+
+class Decodable(Protocol):
+    """What the search needs of a model (`aiayn.Transformer` is one)."""
+
+    cfg: ModelConfig
+
+    def encode(self, src: Tensor) -> EncoderOutput: ...
+
+    def new_cache(self) -> KVCache: ...
+
+    def decode(self, tgt: Tensor, encoded: EncoderOutput, cache: KVCache) -> Tensor: ...
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One output sentence of a search.
+
+    Attributes:
+        tokens: generated ids, without bos and the final eos.
+        log_prob: sum of the model's log-probabilities of the tokens and the eos.
+        score: what the search ranked by: `log_prob / length_penalty(len + 1, alpha)`
+            for beam search, `log_prob` itself for greedy search and sampling.
+    """
+
+    tokens: list[int]
+    log_prob: float
+    score: float
+
+
+def length_penalty(length: int | float | Tensor, alpha: float) -> float | Tensor:
+    """GNMT's length penalty lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016, eq. 14).
+
+    Beam search ranks finished hypotheses by log P(Y|X) / lp(Y); the paper uses
+    alpha = 0.6 (section 6). alpha = 0 gives lp = 1, plain log-probability.
+
+    Args:
+        length: |Y|, output tokens including eos (an int, float or tensor).
+        alpha: the exponent, >= 0.
+    """
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def max_output_lengths(real_tokens: Tensor, extra_len: int, max_len: int) -> Tensor:
+    """Longest output per sentence: source length + `extra_len`, at most `max_len`.
+
+    Args:
+        real_tokens: (B, S) bool, True at real source tokens.
+        extra_len: tokens allowed beyond the source length (the paper: 50).
+        max_len: the model's `max_len` (the decoder sees bos + all but the last token).
+
+    Returns:
+        (B,) int64, each >= 1.
+    """
+    lengths = real_tokens.sum(dim=1) + extra_len
+    return lengths.clamp(min=1, max=max_len)
+
+
+def _next_log_probs(
+    model: Decodable, last: Tensor, encoded: EncoderOutput, cache: KVCache
+) -> Tensor:
+    """Log-probabilities of the next token after each row's prefix: (rows, V)."""
+    logits = model.decode(last[:, None], encoded, cache)[:, -1]  # only the new position
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()  # sum log-probabilities in at least float32
+    log_probs = logits.log_softmax(dim=-1)
+    log_probs[:, model.cfg.pad_id] = NEG_INF
+    log_probs[:, model.cfg.bos_id] = NEG_INF
+    return log_probs
+
+
+def _only_eos(log_probs: Tensor, rows: Tensor, eos_id: int) -> Tensor:
+    """Forbid every token but eos in the (leading-dimension) `rows` that reached their limit."""
+    not_eos = torch.ones(log_probs.size(-1), dtype=torch.bool, device=log_probs.device)
+    not_eos[eos_id] = False
+    shape = (-1,) + (1,) * (log_probs.dim() - 1)
+    return log_probs.masked_fill(rows.view(shape) & not_eos, NEG_INF)
+
+
+def _keep_rows(cache: KVCache, encoded: EncoderOutput, rows: Tensor) -> EncoderOutput:
+    """Drop the rows of finished sentences from the cache and the encoder output."""
+    cache.reorder(rows)
+    return encoded.index_select(rows)
+
+
+def _score_dtype(encoded: EncoderOutput) -> torch.dtype:
+    """Scores are summed in float32, or in float64 for a float64 model (exactness tests)."""
+    return torch.float64 if encoded.hidden.dtype == torch.float64 else torch.float32
+
+
+def _validate(model: Decodable, src: Tensor, extra_len: int) -> None:
+    if src.dim() != 2 or src.size(0) == 0:
+        raise ValueError(f"src must be a non-empty (batch, length) tensor, got {tuple(src.shape)}")
+    if extra_len < 0:
+        raise ValueError(f"extra_len must be >= 0, got {extra_len}")
+
+
+# ----- greedy search and sampling: one path per sentence ----------------------
+
+
+Picker = Callable[[Tensor], Tensor]  # (N, V) log-probs -> (N,) chosen ids
+
+
+@torch.no_grad()
+def _one_path_search(
+    model: Decodable, src: Tensor, extra_len: int, pick: Picker
+) -> list[list[Hypothesis]]:
+    """Extend one prefix per sentence with `pick` until eos or the length limit."""
+    _validate(model, src, extra_len)
+    cfg = model.cfg
+    batch, device = src.size(0), src.device
+    encoded = model.encode(src)
+    max_out = max_output_lengths(encoded.real_tokens, extra_len, cfg.max_len)  # (B,)
+    longest = int(max_out.max())
+    limits = set(max_out.tolist())  # steps at which some sentence may only end
+    cache = model.new_cache()
+    dtype = _score_dtype(encoded)
+
+    tokens = torch.full((batch, longest + 1), cfg.pad_id, dtype=torch.long, device=device)
+    tokens[:, 0] = cfg.bos_id
+    log_prob = torch.zeros(batch, dtype=dtype, device=device)
+    sentence = torch.arange(batch, device=device)  # original index of each live row
+    out_tokens = torch.full_like(tokens[:, 1:], cfg.pad_id)  # (B, L)
+    out_log_prob = torch.zeros(batch, dtype=dtype, device=device)
+
+    for t in range(1, longest + 1):
+        log_probs = _next_log_probs(model, tokens[:, t - 1], encoded, cache)  # (N, V)
+        if t in limits:
+            log_probs = _only_eos(log_probs, max_out == t, cfg.eos_id)
+        chosen = pick(log_probs)  # (N,)
+        tokens[:, t] = chosen
+        log_prob = log_prob + log_probs.gather(1, chosen[:, None]).squeeze(1)
+        done = chosen == cfg.eos_id
+        if bool(done.any()):
+            out_tokens[sentence[done]] = tokens[done, 1:]
+            out_log_prob[sentence[done]] = log_prob[done]
+            keep = (~done).nonzero().squeeze(1)
+            if keep.numel() == 0:
+                break
+            tokens, log_prob = tokens[keep], log_prob[keep]
+            sentence, max_out = sentence[keep], max_out[keep]
+            encoded = _keep_rows(cache, encoded, keep)
+
+    return [
+        [Hypothesis(tokens=ids, log_prob=lp, score=lp)]
+        for ids, lp in zip(
+            _strip(out_tokens, cfg.eos_id, cfg.pad_id), out_log_prob.tolist(), strict=True
+        )
+    ]
+
+
+def _strip(tokens: Tensor, eos_id: int, pad_id: int) -> list[list[int]]:
+    """Rows of ids cut at the first eos (pad never occurs before it)."""
+    out = []
+    for row in tokens.tolist():
+        end = row.index(eos_id) if eos_id in row else len(row)
+        out.append([i for i in row[:end] if i != pad_id])
+    return out
+
+
+def greedy_search(model: Decodable, src: Tensor, extra_len: int = 50) -> list[list[Hypothesis]]:
+    """The most probable next token at every step.
+
+    Args:
+        model: an encoder-decoder in eval mode (see `Decodable`).
+        src: (B, S) source ids, padded with `cfg.pad_id`.
+        extra_len: the output may be this many tokens longer than the source.
+
+    Returns:
+        Per sentence, a one-element list with its `Hypothesis`.
+    """
+    return _one_path_search(model, src, extra_len, lambda log_probs: log_probs.argmax(dim=-1))
+
+
+def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
+    """Raise a ValueError naming the first sampling option out of range."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k}")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must lie in (0, 1], got {top_p}")
+
+
+def filter_logits(
+    logits: Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
+) -> Tensor:
+    """Temperature, then top-k, then top-p (nucleus) filtering of (N, V) scores.
+
+    Filtered entries become -inf. Top-p keeps the smallest set of most probable
+    tokens whose probability reaches `top_p` (always at least one).
+    """
+    check_sampling(temperature, top_k, top_p)
+    logits = logits / temperature
+    if top_k is not None:
+        kth = logits.topk(min(top_k, logits.size(-1)), dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, NEG_INF)
+    if top_p is not None:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        probs = sorted_logits.softmax(dim=-1)
+        before = probs.cumsum(dim=-1) - probs  # mass of the more probable tokens
+        drop_sorted = before >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, NEG_INF)
+    return logits
+
+
+def sample(
+    model: Decodable,
+    src: Tensor,
+    extra_len: int = 50,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int = 0,
+) -> list[list[Hypothesis]]:
+    """Draw one output per sentence from the model's (filtered) distribution, seeded.
+
+    The same model, batch and seed give the same samples. `Hypothesis.log_prob` is
+    under the model's own distribution, before temperature and filtering.
+
+    Args:
+        model, src, extra_len: as for `greedy_search`.
+        temperature: divides the logits (< 1 sharper, > 1 flatter).
+        top_k: sample among the k most probable tokens only.
+        top_p: sample among the most probable tokens holding this much mass.
+        seed: seeds a generator of its own (the global RNG is left alone).
+    """
+    check_sampling(temperature, top_k, top_p)
+    generator = torch.Generator(device=src.device).manual_seed(seed)
+
+    def pick(log_probs: Tensor) -> Tensor:
+        probs = filter_logits(log_probs, temperature, top_k, top_p).softmax(dim=-1)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+    return _one_path_search(model, src, extra_len, pick)
+
+
+# ----- beam search ---------------------------------------------------------------
+
+
+@torch.no_grad()
+def beam_search(
+    model: Decodable,
+    src: Tensor,
+    beam: int = 4,
+    alpha: float = 0.6,
+    nbest: int = 1,
+    extra_len: int = 50,
+) -> list[list[Hypothesis]]:
+    """Beam search with GNMT's length penalty (section 6: beam 4, alpha 0.6).
+
+    Each step extends the K live hypotheses of every sentence by every token and
+    ranks the K*V candidates by log-probability. Of the best 2K, those ending in
+    eos that rank among the best K become finished (their score is normalised by
+    `length_penalty`), and the best K that do not end in eos stay live (as in
+    fairseq and tensor2tensor, 2K candidates always hold K that continue).
+
+    A sentence is done when K hypotheses have finished, or earlier, when no live
+    hypothesis can still enter its n-best list: a live log-probability only falls
+    as it grows and lp grows at most to lp(longest output), so the best live
+    hypothesis can score at most `log_prob / length_penalty(longest, alpha)`. Done
+    sentences leave the batch and the cache.
+
+    With K = 1 this is greedy search. With K at least the number of possible
+    outputs (tiny vocabularies and lengths) nothing is pruned: exhaustive search.
+
+    Args:
+        model: an encoder-decoder in eval mode (see `Decodable`).
+        src: (B, S) source ids, padded with `cfg.pad_id`.
+        beam: K, hypotheses kept per sentence.
+        alpha: length-penalty exponent (>= 0).
+        nbest: finished hypotheses returned per sentence (<= beam).
+        extra_len: the output may be this many tokens longer than the source.
+
+    Returns:
+        Per sentence, up to `nbest` hypotheses, best first.
+
+    Raises:
+        ValueError: on a bad beam, alpha, nbest or extra_len.
+    """
+    if beam < 1:
+        raise ValueError(f"beam must be >= 1, got {beam}")
+    if alpha < 0:
+        raise ValueError(f"alpha must be >= 0, got {alpha}")
+    if not 1 <= nbest <= beam:
+        raise ValueError(f"nbest must lie in [1, beam={beam}], got {nbest}")
+    _validate(model, src, extra_len)
+    cfg = model.cfg
+    k, n_keep, vocab = beam, nbest, cfg.vocab_size
+    batch, device = src.size(0), src.device
+
+    encoded = model.encode(src)
+    max_out = max_output_lengths(encoded.real_tokens, extra_len, cfg.max_len)  # (B,)
+    longest = int(max_out.max())
+    limits = set(max_out.tolist())  # steps at which some sentence may only end
+    row_of = torch.arange(k, device=device)  # beam offsets inside a sentence's rows
+    dtype = _score_dtype(encoded)
+    encoded = encoded.index_select(torch.arange(batch, device=device).repeat_interleave(k))
+    cache = model.new_cache()
+
+    # Live hypotheses: tokens[n, j, t] is token t of beam j (column 0 is bos).
+    tokens = torch.full((batch, k, longest + 1), cfg.pad_id, dtype=torch.long, device=device)
+    tokens[:, :, 0] = cfg.bos_id
+    scores = torch.full((batch, k), NEG_INF, dtype=dtype, device=device)  # summed log-probs
+    scores[:, 0] = 0.0  # all beams start equal: keep one, or the first step picks duplicates
+    sentence = torch.arange(batch, device=device)
+
+    # Finished hypotheses, the best P per live sentence, sorted by normalised score.
+    fin_tokens = torch.full((batch, n_keep, longest), cfg.pad_id, dtype=torch.long, device=device)
+    fin_scores = torch.full((batch, n_keep), NEG_INF, dtype=dtype, device=device)
+    fin_log_probs = torch.full((batch, n_keep), NEG_INF, dtype=dtype, device=device)
+    n_finished = torch.zeros(batch, dtype=torch.long, device=device)
+    # Results, by original sentence index.
+    out_tokens, out_scores, out_log_probs = (
+        fin_tokens.clone(),
+        fin_scores.clone(),
+        fin_log_probs.clone(),
+    )
+    lp_longest = length_penalty(max_out.to(dtype), alpha)  # (B,)
+
+    for t in range(1, longest + 1):
+        n_live = scores.size(0)
+        last = tokens[:, :, t - 1].reshape(n_live * k)
+        log_probs = _next_log_probs(model, last, encoded, cache).view(n_live, k, vocab)
+        if t in limits:
+            log_probs = _only_eos(log_probs, max_out == t, cfg.eos_id)
+        candidates = (scores[:, :, None] + log_probs).view(n_live, k * vocab)
+        top_scores, top_index = candidates.topk(2 * k, dim=1)  # (N, 2K), best first
+        parent, token = top_index // vocab, top_index % vocab
+        ends = token == cfg.eos_id
+
+        # Candidates ending in eos among the best K finish.
+        finishing = ends[:, :k] & (top_scores[:, :k] > NEG_INF)
+        if bool(finishing.any()):
+            new_tokens = tokens.gather(1, parent[:, :k, None].expand(-1, -1, longest + 1))
+            new_tokens = new_tokens[:, :, 1:].clone()  # (N, K, L) without bos
+            new_tokens[:, :, t - 1] = cfg.eos_id
+            new_scores = top_scores[:, :k] / length_penalty(t, alpha)
+            new_scores = new_scores.masked_fill(~finishing, NEG_INF)
+            pool_scores = torch.cat([fin_scores, new_scores], dim=1)  # (N, P + K)
+            fin_scores, best = pool_scores.topk(n_keep, dim=1)
+            fin_log_probs = torch.cat([fin_log_probs, top_scores[:, :k]], dim=1).gather(1, best)
+            pool_tokens = torch.cat([fin_tokens, new_tokens], dim=1)
+            fin_tokens = pool_tokens.gather(1, best[:, :, None].expand(-1, -1, longest))
+            n_finished = n_finished + finishing.sum(dim=1)
+
+        # The best K candidates not ending in eos stay live.
+        live_scores, pick = top_scores.masked_fill(ends, NEG_INF).topk(k, dim=1)  # (N, K)
+        live_parent = parent.gather(1, pick)
+        tokens = tokens.gather(1, live_parent[:, :, None].expand(-1, -1, longest + 1))
+        tokens[:, :, t] = token.gather(1, pick)
+        scores = live_scores
+
+        best_possible = scores[:, 0] / lp_longest  # the best any live hypothesis can reach
+        done = (n_finished >= k) | (fin_scores[:, -1] >= best_possible) | (max_out <= t)
+        parent_rows = (torch.arange(n_live, device=device)[:, None] * k + live_parent).view(-1)
+        if not bool(done.any()):
+            # Beams of one sentence share their cross-attention keys and values:
+            # only the self-attention stores follow the parents.
+            for store in cache.self_attention:
+                store.reorder(parent_rows)
+            continue
+
+        finished_sentences = sentence[done]
+        out_tokens[finished_sentences] = fin_tokens[done]
+        out_scores[finished_sentences] = fin_scores[done]
+        out_log_probs[finished_sentences] = fin_log_probs[done]
+        keep = (~done).nonzero().squeeze(1)
+        if keep.numel() == 0:
+            break
+        sentence_rows = (keep[:, None] * k + row_of).view(-1)
+        for store in cache.self_attention:
+            store.reorder(parent_rows.view(n_live, k)[keep].view(-1))
+        for store in cache.cross_attention:
+            store.reorder(sentence_rows)
+        encoded = encoded.index_select(sentence_rows)
+        tokens, scores, sentence = tokens[keep], scores[keep], sentence[keep]
+        fin_tokens, fin_scores, fin_log_probs = (
+            fin_tokens[keep],
+            fin_scores[keep],
+            fin_log_probs[keep],
+        )
+        n_finished, max_out, lp_longest = n_finished[keep], max_out[keep], lp_longest[keep]
+
+    results: list[list[Hypothesis]] = []
+    flat_tokens = _strip(out_tokens.view(batch * n_keep, longest), cfg.eos_id, cfg.pad_id)
+    for b, (row_scores, row_log_probs) in enumerate(
+        zip(out_scores.tolist(), out_log_probs.tolist(), strict=True)
+    ):
+        results.append(
+            [
+                Hypothesis(tokens=flat_tokens[b * n_keep + p], log_prob=lp, score=s)
+                for p, (s, lp) in enumerate(zip(row_scores, row_log_probs, strict=True))
+                if s > NEG_INF
+            ]
+        )
+    return results
+
+
+# ----- one entry point -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """How to search: beam search by default (section 6), greedy for beam 1, or sampling.
+
+    Attributes:
+        beam: beam width K (1 = greedy search).
+        alpha: length-penalty exponent of beam search.
+        nbest: hypotheses returned per sentence (<= beam; 1 when sampling).
+        extra_len: the output may be this many tokens longer than the source.
+        sampling: draw from the model's distribution instead of searching.
+        temperature, top_k, top_p, seed: sampling options; see `sample`.
+    """
+
+    beam: int = 4
+    alpha: float = 0.6
+    nbest: int = 1
+    extra_len: int = 50
+    sampling: bool = False
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.beam < 1:
+            raise ValueError(f"DecodeConfig.beam must be >= 1, got {self.beam}")
+        if self.alpha < 0:
+            raise ValueError(f"DecodeConfig.alpha must be >= 0, got {self.alpha}")
+        if not 1 <= self.nbest <= (1 if self.sampling else self.beam):
+            raise ValueError(
+                f"DecodeConfig.nbest must lie in [1, beam={self.beam}] (1 when sampling), "
+                f"got {self.nbest}"
+            )
+        if self.extra_len < 0:
+            raise ValueError(f"DecodeConfig.extra_len must be >= 0, got {self.extra_len}")
+        check_sampling(self.temperature, self.top_k, self.top_p)
+
+
+def search(model: Decodable, src: Tensor, config: DecodeConfig) -> list[list[Hypothesis]]:
+    """Decode a batch as `config` says: sampling, greedy (beam 1) or beam search."""
+    if config.sampling:
+        return sample(
+            model,
+            src,
+            config.extra_len,
+            config.temperature,
+            config.top_k,
+            config.top_p,
+            config.seed,
+        )
+    if config.beam == 1:
+        return greedy_search(model, src, config.extra_len)
+    return beam_search(model, src, config.beam, config.alpha, config.nbest, config.extra_len)

@@ -1,0 +1,265 @@
+"""Translate text with a trained run: subword model + checkpoint + search.
+
+    translator = Translator.load("runs/base")          # or a .safetensors file
+    translator.translate(["Ein Haus.", ""], beam=4, alpha=0.6)   # -> ["A house.", ""]
+
+Sentences are encoded, sorted by length and cut into batches of at most
+`max_tokens` source tokens (padding included), searched, and returned in input
+order. An empty (or blank) sentence gives an empty translation without running
+the model. A source longer than the model's `max_len` is truncated to fit, with
+a warning naming the sentence.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import torch
+from tqdm import tqdm
+
+from aiayn.checkpoint import TOKENIZER_FILE, load_model, resolve_weights
+from aiayn.data.tokenizer import Tokenizer
+from aiayn.model import Transformer
+from aiayn.search import DecodeConfig, Hypothesis, search
+
+log = logging.getLogger(__name__)
+
+
+class InputError(ValueError):
+    """Input text that cannot be read; the message names the file and line."""
+
+
+def decode_lines(stream: BinaryIO, name: str) -> Iterator[str]:
+    """Lines of a byte stream as text, without their line ends.
+
+    Raises:
+        InputError: at the first line that is not valid UTF-8, naming `name`, the
+            line number and the byte offset in that line.
+    """
+    for number, raw in enumerate(stream, start=1):
+        raw = raw.removesuffix(b"\n").removesuffix(b"\r")
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise InputError(
+                f"{name}:{number}: invalid UTF-8 at byte {err.start + 1} of the line "
+                f"({err.reason}); the input must be UTF-8 text"
+            ) from None
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """All lines of a UTF-8 text file.
+
+    Raises:
+        FileNotFoundError: if the file is missing.
+        InputError: on invalid UTF-8, naming the file and line.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"input file not found: {path}")
+    with path.open("rb") as stream:
+        return list(decode_lines(stream, str(path)))
+
+
+def find_tokenizer(weights: Path) -> Path:
+    """The run's subword model: `spm.model` next to the weights or in a parent directory.
+
+    Raises:
+        FileNotFoundError: naming where it was looked for.
+    """
+    for directory in weights.resolve().parents[:4]:
+        if (directory / TOKENIZER_FILE).is_file():
+            return directory / TOKENIZER_FILE
+    raise FileNotFoundError(
+        f"no subword model ({TOKENIZER_FILE}) found for {weights} in its run directory; "
+        "pass the tokenizer path explicitly"
+    )
+
+
+@dataclass(frozen=True)
+class Translation:
+    """One candidate translation: its text and the search's `Hypothesis`."""
+
+    text: str
+    hypothesis: Hypothesis
+
+    @property
+    def score(self) -> float:
+        return self.hypothesis.score
+
+
+class Translator:
+    """A model and its subword model, ready to translate lists of sentences.
+
+    Args:
+        model: the Transformer (put in eval mode on `device`).
+        tokenizer: the shared subword model it was trained with.
+        device: where to run the search.
+        dtype: the model's floating-point type there (e.g. torch.bfloat16 on a GPU);
+            unchanged by default. Search scores are summed in float32 regardless.
+
+    Raises:
+        ValueError: if the subword model's vocabulary or special ids do not match
+            the model's.
+    """
+
+    def __init__(
+        self,
+        model: Transformer,
+        tokenizer: Tokenizer,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        cfg = model.cfg
+        source = f" ({tokenizer.path})" if tokenizer.path else ""
+        if tokenizer.vocab_size != cfg.vocab_size:
+            raise ValueError(
+                f"the subword model{source} has {tokenizer.vocab_size} pieces but the "
+                f"checkpoint's vocabulary has {cfg.vocab_size}: they do not belong together"
+            )
+        ids = (tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id)
+        if ids != (cfg.pad_id, cfg.bos_id, cfg.eos_id):
+            raise ValueError(
+                f"the subword model{source} has pad/bos/eos ids {ids} but the checkpoint "
+                f"uses {(cfg.pad_id, cfg.bos_id, cfg.eos_id)}"
+            )
+        self.device = torch.device(device)
+        self.model = model.to(self.device, dtype=dtype).eval()
+        self.tokenizer = tokenizer
+
+    @classmethod
+    def load(
+        cls,
+        run_or_checkpoint: str | Path,
+        device: str | torch.device = "cpu",
+        tokenizer: str | Path | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> Translator:
+        """Load a run directory (its best available checkpoint) or a weights file.
+
+        Args:
+            run_or_checkpoint: a run directory, a checkpoint directory or a
+                `.safetensors` file; see `aiayn.checkpoint.resolve_weights`.
+            device: e.g. "cpu" or "cuda".
+            tokenizer: the subword model; by default the run's `spm.model`.
+            dtype: see the class docstring.
+
+        Raises:
+            FileNotFoundError: if the checkpoint or subword model is missing.
+            ValueError: if either is corrupt or they do not match.
+        """
+        weights = resolve_weights(run_or_checkpoint)
+        spm_path = Path(tokenizer) if tokenizer is not None else find_tokenizer(weights)
+        model = load_model(weights, device="cpu")
+        log.info("loaded %s with subword model %s", weights, spm_path)
+        return cls(model, Tokenizer.load(spm_path), device, dtype)
+
+    # ----- translating --------------------------------------------------------
+
+    def translate(
+        self,
+        sentences: Sequence[str],
+        beam: int = 4,
+        alpha: float = 0.6,
+        max_tokens: int = 4096,
+        progress: bool = False,
+        **options: Any,
+    ) -> list[str]:
+        """Best translation of each sentence, in input order.
+
+        Args:
+            sentences: source sentences (an empty one gives "").
+            beam: beam width (1 = greedy search).
+            alpha: length-penalty exponent.
+            max_tokens: source tokens per batch, padding included.
+            progress: show a progress bar on stderr.
+            **options: further `DecodeConfig` fields (extra_len, sampling, top_k, ...).
+        """
+        config = DecodeConfig(beam=beam, alpha=alpha, **options)
+        nbest = self.translate_nbest(sentences, config, max_tokens, progress)
+        return [candidates[0].text if candidates else "" for candidates in nbest]
+
+    def translate_nbest(
+        self,
+        sentences: Sequence[str],
+        config: DecodeConfig | None = None,
+        max_tokens: int = 4096,
+        progress: bool = False,
+    ) -> list[list[Translation]]:
+        """Up to `config.nbest` translations per sentence, best first, in input order.
+
+        An empty sentence gets an empty list.
+        """
+        config = config or DecodeConfig()
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
+        results: list[list[Translation]] = [[] for _ in sentences]
+        work = [i for i, s in enumerate(sentences) if s.strip()]
+        ids = dict(zip(work, self.encode([sentences[i] for i in work], work), strict=True))
+        with tqdm(
+            total=len(sentences), disable=not progress, unit="sent", dynamic_ncols=True
+        ) as bar:
+            bar.update(len(sentences) - len(work))
+            for batch in _batches_by_tokens(work, ids, max_tokens):
+                src = self.to_batch([ids[i] for i in batch])
+                for i, hyps in zip(batch, search(self.model, src, config), strict=True):
+                    results[i] = [Translation(self.tokenizer.decode(h.tokens), h) for h in hyps]
+                bar.update(len(batch))
+        return results
+
+    def encode(self, texts: Sequence[str], indices: Sequence[int] | None = None) -> list[list[int]]:
+        """Subword ids + eos per sentence, truncated (with a warning) to the model's max_len.
+
+        Args:
+            texts: source sentences.
+            indices: their 0-based positions in the input, for the warning
+                (default: 0, 1, ...).
+        """
+        limit = self.model.cfg.max_len - 1  # room for eos
+        encoded = self.tokenizer.encode_batch(texts)
+        numbers = range(len(texts)) if indices is None else indices
+        for row, number in zip(encoded, numbers, strict=True):
+            if len(row) > limit:
+                log.warning(
+                    "sentence %d has %d subword tokens, more than the model's max_len=%d "
+                    "allows; translating only its first %d",
+                    number + 1,
+                    len(row) + 1,
+                    self.model.cfg.max_len,
+                    limit,
+                )
+                del row[limit:]
+            row.append(self.model.cfg.eos_id)
+        return encoded
+
+    def to_batch(self, rows: Sequence[Sequence[int]]) -> torch.Tensor:
+        """Pad id lists into a (B, S) tensor on the translator's device."""
+        width = max(len(r) for r in rows)
+        src = torch.full((len(rows), width), self.model.cfg.pad_id, dtype=torch.long)
+        for i, r in enumerate(rows):
+            src[i, : len(r)] = torch.tensor(list(r))
+        return src.to(self.device)
+
+
+def _batches_by_tokens(
+    order: list[int], ids: dict[int, list[int]], max_tokens: int
+) -> Iterator[list[int]]:
+    """Sentence indices grouped, longest first, so that rows x longest <= max_tokens.
+
+    Sorting by length keeps padding (wasted compute) small; the longest batch comes
+    first, so that running out of memory shows at once. A sentence longer than
+    `max_tokens` gets a batch of its own.
+    """
+    batch: list[int] = []
+    for i in sorted(order, key=lambda i: -len(ids[i])):
+        width = len(ids[batch[0]]) if batch else len(ids[i])
+        if batch and (len(batch) + 1) * width > max_tokens:
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch

@@ -1,0 +1,154 @@
+"""Translator and `aiayn translate`: order, empty lines, batching, bad input."""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from aiayn import ModelConfig, Transformer
+from aiayn.checkpoint import save_model
+from aiayn.cli import app
+from aiayn.data.tokenizer import train_tokenizer
+from aiayn.search import DecodeConfig, search
+from aiayn.translate import InputError, Translator, read_lines
+from infer_helpers import make_run, sentences
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_run(tmp_path_factory.mktemp("translate"))
+
+
+@pytest.fixture(scope="module")
+def translator(run: Path) -> Translator:
+    return Translator.load(run)
+
+
+def test_translate_keeps_order_across_batches(translator: Translator) -> None:
+    texts = sentences(8, seed=1)
+    together = translator.translate(texts, beam=3, max_tokens=24, extra_len=6)  # 3+ batches
+    alone = [translator.translate([t], beam=3, extra_len=6)[0] for t in texts]
+    assert together == alone
+    ids = translator.encode(texts)
+    config = DecodeConfig(beam=3, extra_len=6)
+    direct = search(translator.model, translator.to_batch(ids), config)
+    assert together == [translator.tokenizer.decode(r[0].tokens) for r in direct]
+
+
+def test_empty_lines_give_empty_translations(translator: Translator) -> None:
+    out = translator.translate(["", "house.", "   ", "river tree."], beam=2)
+    assert out[0] == "" and out[2] == ""
+    assert out[1] == translator.translate(["house."], beam=2)[0]
+    assert translator.translate_nbest([""], DecodeConfig(beam=2, nbest=2)) == [[]]
+
+
+def test_nbest_lists_are_ranked(translator: Translator) -> None:
+    (candidates,) = translator.translate_nbest(["house garden."], DecodeConfig(beam=4, nbest=3))
+    assert 1 <= len(candidates) <= 3
+    assert [c.score for c in candidates] == sorted((c.score for c in candidates), reverse=True)
+
+
+def test_too_long_sentence_is_truncated_with_a_warning(
+    translator: Translator, caplog: pytest.LogCaptureFixture
+) -> None:
+    long = " ".join(["bridge water summer night"] * 40)
+    with caplog.at_level(logging.WARNING, logger="aiayn.translate"):
+        (out,) = translator.translate([long], beam=1)
+    assert isinstance(out, str)
+    assert "sentence 1" in caplog.text and "max_len=32" in caplog.text
+
+
+def test_missing_and_corrupt_checkpoints_are_clear_errors(tmp_path: Path, run: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        Translator.load(tmp_path / "nowhere")
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"this is not a checkpoint")
+    with pytest.raises(ValueError, match="not a readable safetensors"):
+        Translator.load(bad, tokenizer=run / "spm.model")
+    lone = tmp_path / "lone" / "model.safetensors"
+    lone.parent.mkdir()
+    lone.write_bytes((run / "checkpoints" / "step-00000001" / "model.safetensors").read_bytes())
+    with pytest.raises(FileNotFoundError, match=r"no subword model \(spm\.model\)"):
+        Translator.load(lone)
+
+
+def test_vocabulary_mismatch_is_a_clear_error(tmp_path: Path, run: Path) -> None:
+    other = train_tokenizer(sentences(200), tmp_path / "other.model", vocab_size=40)
+    with pytest.raises(ValueError, match="40 pieces"):
+        Translator.load(run, tokenizer=other.path)
+    save_model(Transformer(ModelConfig.tiny(vocab_size=100)), tmp_path / "m.safetensors")
+    with pytest.raises(ValueError, match="do not belong together"):
+        Translator.load(tmp_path / "m.safetensors", tokenizer=run / "spm.model")
+
+
+def test_invalid_utf8_names_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"house.\n\ntree \xff\xfe river.\n")
+    with pytest.raises(InputError, match=r"in\.txt:3: invalid UTF-8 at byte 6"):
+        read_lines(path)
+
+
+# ----- the command ---------------------------------------------------------------
+
+
+def test_cli_translate_keeps_order_and_empty_lines(
+    tmp_path: Path, run: Path, translator: Translator
+) -> None:
+    lines = ["house garden.", "", "river.", "", "the night tree stone.", "water."]
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "out" / "hyp.txt"
+    args = ["-i", str(src), "-o", str(out), "--max-tokens", "8", "--extra-len", "4"]
+    result = CliRunner().invoke(app, ["translate", str(run), *args])
+    assert result.exit_code == 0, result.output
+    expected = translator.translate(lines, extra_len=4)
+    assert out.read_text(encoding="utf-8").split("\n")[:-1] == expected
+    assert out.read_text(encoding="utf-8").split("\n")[1] == ""
+    assert "6/6" in result.stderr  # the progress bar, on stderr, when writing to a file
+
+    piped = CliRunner().invoke(app, ["translate", str(run), "--beam", "1"], input="river.\n\n")
+    assert piped.exit_code == 0, piped.output
+    assert piped.stdout == translator.translate(["river."], beam=1)[0] + "\n\n"
+    assert "2/2" not in piped.stderr  # no bar when the output is the terminal or a pipe
+
+
+def test_cli_nbest_format(run: Path) -> None:
+    result = CliRunner().invoke(app, ["translate", str(run), "--nbest", "2"], input="house.\n")
+    assert result.exit_code == 0, result.output
+    rows = result.stdout.splitlines()
+    assert 1 <= len(rows) <= 2 and all(r.startswith("0 ||| ") for r in rows)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["translate", "{tmp}/nowhere"], "no checkpoint or run directory"),
+        (["translate", "{run}", "-i", "{tmp}/bad.txt"], "bad.txt:2: invalid UTF-8"),
+        (["translate", "{run}", "-i", "{tmp}/missing.txt"], "input file not found"),
+        (["translate", "{run}", "--beam", "2", "--nbest", "3"], "nbest"),
+        (["translate", "{run}", "--device", "cuda:7"], "cuda"),
+    ],
+)
+def test_cli_bad_input_is_one_clear_line(
+    tmp_path: Path, run: Path, args: list[str], message: str
+) -> None:
+    (tmp_path / "bad.txt").write_bytes(b"ok\n\xc3\x28\n")
+    args = [a.format(tmp=tmp_path, run=run) for a in args]
+    if args[-1] == "cuda:7" and torch.cuda.is_available():
+        pytest.skip("a CUDA device exists here")
+    result = CliRunner().invoke(app, args, input="house.\n")
+    assert result.exit_code == 1
+    assert message in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_bfloat16_model_still_sums_scores_in_float32(run: Path) -> None:
+    translator = Translator.load(run, dtype=torch.bfloat16)
+    assert next(translator.model.parameters()).dtype == torch.bfloat16
+    (candidates,) = translator.translate_nbest(["house."], DecodeConfig(beam=2, extra_len=3))
+    assert isinstance(candidates[0].text, str) and math.isfinite(candidates[0].score)
