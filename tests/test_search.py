@@ -31,7 +31,7 @@ def _peaky_model(vocab_size: int, seed: int = 0, dtype: torch.dtype = torch.floa
     """A random tiny model whose next-token distributions are far from uniform."""
     torch.manual_seed(seed)
     cfg = ModelConfig.tiny(
-        vocab_size=vocab_size, d_model=32, n_heads=4, d_ff=64, dropout=0.0, tie_embeddings=False
+        vocab_size=vocab_size, d_model=32, n_heads=4, d_ff=64, dropout=0.0, tie_output=False
     )
     model = Transformer(cfg).eval()
     with torch.no_grad():  # untied, so that peaky outputs do not just repeat the input token
