@@ -24,9 +24,7 @@ from aiayn.data.batch import Batch
 log = logging.getLogger(__name__)
 
 
-def token_budget_batches(
-    lengths: Sequence[tuple[int, int]], max_tokens: int
-) -> list[list[int]]:
+def token_budget_batches(lengths: Sequence[tuple[int, int]], max_tokens: int) -> list[list[int]]:
     """Cut pairs, given as (source length, target length) with specials, into batches.
 
     Pairs are sorted by (longer side, source, target, index) and taken greedily while
@@ -100,7 +98,9 @@ class TokenBatcher:
         if max_tokens < 2:
             raise ValueError(f"max_tokens must be at least 2, got {max_tokens}")
         if world_size < 1 or not 0 <= rank < world_size:
-            raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+            raise ValueError(
+                f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}"
+            )
         if not pairs:
             raise ValueError("TokenBatcher needs at least one pair")
         self.pairs = pairs
@@ -110,7 +110,9 @@ class TokenBatcher:
         lengths = [(len(s) + 1, len(t) + 1) for s, t in pairs]
         self.batches = token_budget_batches(lengths, max_tokens)
         self._steps = math.ceil(len(self.batches) / world_size)
-        log.debug("%d pairs in %d batches of <= %d tokens", len(pairs), len(self.batches), max_tokens)
+        log.debug(
+            "%d pairs in %d batches of <= %d tokens", len(pairs), len(self.batches), max_tokens
+        )
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (the same on every rank)."""

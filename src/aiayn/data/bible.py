@@ -173,8 +173,15 @@ def read_module(module: str, package: str, root: Path = SWORD_ROOT) -> dict[tupl
                 try:
                     texts = list(bible.get_iter(book.name, chapter, numbers, clean=False))
                 except (OSError, ValueError, zlib.error) as err:
-                    raise ValueError(f"{module}: cannot read {book.name} {chapter}: {err}") from None
-                for verse, markup in zip(numbers, texts):
+                    raise ValueError(
+                        f"{module}: cannot read {book.name} {chapter}: {err}"
+                    ) from None
+                if len(texts) != len(numbers):
+                    raise ValueError(
+                        f"{module}: {book.name} {chapter} has {len(numbers)} verses in its "
+                        f"versification but {len(texts)} were read"
+                    )
+                for verse, markup in zip(numbers, texts, strict=True):
                     verses[(book.name, chapter, verse)] = clean_osis(markup)
     log.info("read %d verses from SWORD module %s", len(verses), module)
     return verses
@@ -253,14 +260,12 @@ def iter_split(
     aligned: AlignedBible, splits: Sequence[str], name: str
 ) -> Iterator[tuple[VerseRef, tuple[str, str]]]:
     """The (location, pair) items of one split, in canonical order."""
-    for ref, pair, split in zip(aligned.refs, aligned.pairs, splits):
+    for ref, pair, split in zip(aligned.refs, aligned.pairs, splits, strict=True):
         if split == name:
             yield ref, pair
 
 
-def load_bible(
-    source: EnglishSource = EnglishSource.WEB, root: Path = SWORD_ROOT
-) -> AlignedBible:
+def load_bible(source: EnglishSource = EnglishSource.WEB, root: Path = SWORD_ROOT) -> AlignedBible:
     """Read, clean and align English `source` with the Spanish Reina-Valera 1909.
 
     Raises:

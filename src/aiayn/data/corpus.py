@@ -50,8 +50,7 @@ def read_lines(path: str | Path) -> list[str]:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as err:
             raise ValueError(
-                f"{path}:{number}: invalid UTF-8 ({err.reason} at byte {err.start + 1} "
-                f"of the line)"
+                f"{path}:{number}: invalid UTF-8 ({err.reason} at byte {err.start + 1} of the line)"
             ) from None
         lines.append(line[:-1] if line.endswith("\r") else line)
     return lines
@@ -71,7 +70,7 @@ def read_parallel(src_path: str | Path, tgt_path: str | Path) -> list[tuple[str,
             f"parallel files differ in length: {src_path} has {len(src_lines)} lines, "
             f"{tgt_path} has {len(tgt_lines)}"
         )
-    return list(zip(src_lines, tgt_lines))
+    return list(zip(src_lines, tgt_lines, strict=True))
 
 
 def read_tsv(path: str | Path) -> list[tuple[str, str]]:

@@ -124,7 +124,7 @@ def length_filter(
     also out of range.
     """
     keep, too_long, ratio = [], 0, 0
-    for i, (s, t) in enumerate(zip(src_ids, tgt_ids)):
+    for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True)):
         n, m = len(s), len(t)
         if max(n, m) > config.max_tokens:
             too_long += 1
@@ -287,7 +287,7 @@ def prepare_bible(
     assignment = bible.split_by_chapter(aligned.refs)
     splits: dict[str, Pairs] = {name: [] for name in SPLITS}
     chapters: dict[str, set] = {name: set() for name in SPLITS}
-    for ref, pair, name in zip(aligned.refs, aligned.pairs, assignment):
+    for ref, pair, name in zip(aligned.refs, aligned.pairs, assignment, strict=True):
         splits[name].append(pair)
         chapters[name].add(f"{ref.book} {ref.chapter}")
     source = {
