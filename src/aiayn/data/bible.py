@@ -203,9 +203,16 @@ def align(source: dict[tuple, str], target: dict[tuple, str]) -> AlignedBible:
     """Pair verses present in both texts, in the source's order.
 
     Verses only one side has (different versifications, deuterocanonical books)
-    and verses empty on either side are dropped and counted.
+    and verses empty on either side (or both: slots of the versification a text
+    leaves empty) are dropped and counted.
     """
-    dropped = {"only_in_source": 0, "only_in_target": 0, "empty_source": 0, "empty_target": 0}
+    dropped = {
+        "only_in_source": 0,
+        "only_in_target": 0,
+        "empty_both": 0,
+        "empty_source": 0,
+        "empty_target": 0,
+    }
     book_order: dict[str, int] = {}
     refs: list[VerseRef] = []
     pairs: list[tuple[str, str]] = []
@@ -214,6 +221,9 @@ def align(source: dict[tuple, str], target: dict[tuple, str]) -> AlignedBible:
             dropped["only_in_source"] += 1
             continue
         tgt = target[key]
+        if not src and not tgt:
+            dropped["empty_both"] += 1
+            continue
         if not src:
             dropped["empty_source"] += 1
             continue

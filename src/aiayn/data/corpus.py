@@ -103,6 +103,9 @@ def write_atomic(path: Path, data: str | bytes) -> None:
             file.write(data.encode("utf-8") if isinstance(data, str) else data)
             file.flush()
             os.fsync(file.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; give it the usual mode
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
