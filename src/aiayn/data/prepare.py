@@ -336,13 +336,19 @@ def prepare_tsv(
 HF_SPLITS = {"train": "train", "validation": "valid", "valid": "valid", "test": "test"}
 
 
-def _hf_pair_reader(columns: Sequence[str], src_lang: str, tgt_lang: str) -> Callable:
-    if "translation" in columns:  # the WMT / OPUS layout: {"translation": {"de": .., "en": ..}}
+def _hf_pair_reader(features: dict, src_lang: str, tgt_lang: str) -> Callable:
+    if "translation" in features:  # the WMT / OPUS layout: {"translation": {"de": .., "en": ..}}
+        inner = features["translation"]
+        languages = list(getattr(inner, "languages", None) or inner)
+        if src_lang not in languages or tgt_lang not in languages:
+            raise ValueError(
+                f"the dataset translates between {languages}, not '{src_lang}' and '{tgt_lang}'"
+            )
         return lambda row: (row["translation"][src_lang], row["translation"][tgt_lang])
-    if src_lang in columns and tgt_lang in columns:
+    if src_lang in features and tgt_lang in features:
         return lambda row: (row[src_lang], row[tgt_lang])
     raise ValueError(
-        f"the dataset has columns {list(columns)}; expected 'translation' or "
+        f"the dataset has columns {list(features)}; expected 'translation' or "
         f"'{src_lang}' and '{tgt_lang}'"
     )
 
@@ -365,7 +371,7 @@ def load_hf_pairs(name: str, config_name: str | None, src_lang: str, tgt_lang: s
         if hf_name not in HF_SPLITS:
             log.warning("skipping split %r of %s", hf_name, name)
             continue
-        read = _hf_pair_reader(dataset.column_names, src_lang, tgt_lang)
+        read = _hf_pair_reader(dataset.features, src_lang, tgt_lang)
         rows = tqdm(dataset, desc=f"read {hf_name}", unit="pair", disable=None)
         splits[HF_SPLITS[hf_name]] = [read(row) for row in rows]
     return splits
