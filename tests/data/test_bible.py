@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import CLEAN_EN, CLEAN_ES, MARKUP_EN, chapter_verses
+from sword_fixture import CLEAN_EN, CLEAN_ES, MARKUP_EN, chapter_verses
 
 from aiayn.data import bible
 from aiayn.data.bible import (
@@ -82,8 +82,20 @@ def test_missing_module_names_the_apt_get_line(tmp_path, sword_root):
 
 
 def test_align_counts_what_it_drops():
-    source = {("A", 1, 1): "a", ("A", 1, 2): "", ("A", 1, 3): "c", ("A", 1, 4): "d", ("A", 1, 5): ""}
-    target = {("A", 1, 1): "x", ("A", 1, 2): "y", ("A", 1, 3): "", ("B", 1, 1): "z", ("A", 1, 5): ""}
+    source = {
+        ("A", 1, 1): "a",
+        ("A", 1, 2): "",
+        ("A", 1, 3): "c",
+        ("A", 1, 4): "d",
+        ("A", 1, 5): "",
+    }
+    target = {
+        ("A", 1, 1): "x",
+        ("A", 1, 2): "y",
+        ("A", 1, 3): "",
+        ("B", 1, 1): "z",
+        ("A", 1, 5): "",
+    }
     aligned = align(source, target)
     assert aligned.pairs == [("a", "x")]
     assert aligned.refs == [VerseRef(0, "A", 1, 1)]
@@ -144,7 +156,9 @@ def test_split_rejects_bad_offsets():
 
 REAL = Path("/usr/share/sword/mods.d")
 needs_sword = pytest.mark.skipif(
-    not all((REAL / f"{m}.conf").is_file() for m in ("engWEB2015eb", "spaRV1909eb", "engKJV2006eb")),
+    not all(
+        (REAL / f"{m}.conf").is_file() for m in ("engWEB2015eb", "spaRV1909eb", "engKJV2006eb")
+    ),
     reason="Debian SWORD modules absent: " + bible.INSTALL_HINT,
 )
 
@@ -162,7 +176,9 @@ def test_real_web_and_rv1909(real_web):
         "In the beginning, God created the heavens and the earth.",
         "EN el principio crió Dios los cielos y la tierra.",
     )
-    assert pairs["John 3:16"][0].startswith("For God so loved the world, that he gave his only born Son,")
+    assert pairs["John 3:16"][0].startswith(
+        "For God so loved the world, that he gave his only born Son,"
+    )
     text = " ".join(s + " " + t for s, t in real_web.pairs)
     for bad in ("<", ">", "¶", "strong:", "H0430", "Godcreated", "  ", "\\", "companion glossary"):
         assert bad not in text, bad

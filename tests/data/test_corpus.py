@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
@@ -21,12 +20,49 @@ from aiayn.data.prepare import (
     prepare_tsv,
 )
 
-EN = "the cat sat on the mat and the dog ran to the house near the river bank".split()
-DE = "die Katze sass auf der Matte und der Hund lief zum Haus nahe am Flussufer".split()
+EN = [
+    "the",
+    "cat",
+    "sat",
+    "on",
+    "the",
+    "mat",
+    "and",
+    "the",
+    "dog",
+    "ran",
+    "to",
+    "the",
+    "house",
+    "near",
+    "the",
+    "river",
+    "bank",
+]
+DE = [
+    "die",
+    "Katze",
+    "sass",
+    "auf",
+    "der",
+    "Matte",
+    "und",
+    "der",
+    "Hund",
+    "lief",
+    "zum",
+    "Haus",
+    "nahe",
+    "am",
+    "Flussufer",
+]
 
 
 def sentences(n: int, words: list[str], offset: int = 0) -> list[str]:
-    return [" ".join(words[(i + j) % len(words)] for j in range(3 + i % 6)) for i in range(offset, offset + n)]
+    return [
+        " ".join(words[(i + j) % len(words)] for j in range(3 + i % 6))
+        for i in range(offset, offset + n)
+    ]
 
 
 def write_lines(path: Path, lines: list[str]) -> Path:
@@ -72,7 +108,9 @@ def test_invalid_utf8_names_file_and_line(tmp_path):
 def test_tsv_needs_two_columns(tmp_path):
     path = tmp_path / "pairs.tsv"
     path.write_text("a\tb\nc\td\te\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=re.escape(f"{path}:2: expected 2 tab-separated columns, found 3")):
+    with pytest.raises(
+        ValueError, match=re.escape(f"{path}:2: expected 2 tab-separated columns, found 3")
+    ):
         read_tsv(path)
     path.write_text("a\tb\n\t\n", encoding="utf-8")
     assert read_tsv(path) == [("a", "b"), ("", "")]
@@ -126,7 +164,10 @@ def text_corpus(tmp_path_factory) -> tuple[PreparedCorpus, dict]:
     src, tgt = sentences(300, EN), sentences(300, DE)
     bad = {
         "empty": [("", "nicht leer"), ("   ", "x"), ("not empty", " \t ")],
-        "too_long": [(" ".join(EN * 6), "kurz und klein hier"), ("short one here", " ".join(DE * 6))],
+        "too_long": [
+            (" ".join(EN * 6), "kurz und klein hier"),
+            ("short one here", " ".join(DE * 6)),
+        ],
         "length_ratio": [("the cat sat", " ".join(DE[:14]))],
     }
     for pairs in bad.values():
@@ -220,7 +261,9 @@ def test_failed_first_prepare_writes_nothing(tmp_path):
     assert not (tmp_path / "out").exists()
     tgt = write_lines(tmp_path / "a.de", ["x y z", "u v w"])
     with pytest.raises(ValueError, match="vocab-size"):
-        prepare_text((src, tgt), tmp_path / "out", "en", "de", config=PrepareConfig(vocab_size=5000))
+        prepare_text(
+            (src, tgt), tmp_path / "out", "en", "de", config=PrepareConfig(vocab_size=5000)
+        )
     assert list((tmp_path / "out").iterdir()) == []
 
 
@@ -282,7 +325,10 @@ def test_prepare_bible_on_the_fixture(sword_root, tmp_path):
     assert all(s.startswith("In 49:") for s, _ in corpus.read("test"))
     train_en = [s for s, _ in corpus.read("train")]
     assert not any(s.startswith(("In 1:", "In 49:")) for s in train_en)
-    total = sum(stats["splits"][s]["pairs"] + sum(stats["splits"][s]["dropped"].values()) for s in stats["splits"])
+    total = sum(
+        stats["splits"][s]["pairs"] + sum(stats["splits"][s]["dropped"].values())
+        for s in stats["splits"]
+    )
     assert total == stats["source"]["aligned_pairs"] == 149
     assert (corpus.src_lang, corpus.tgt_lang) == ("en", "es")
     again = prepare_bible(tmp_path / "again", config=SMALL, root=sword_root)
