@@ -20,7 +20,9 @@ def random_pairs(n: int, seed: int = 0, longest: int = 60) -> list[tuple[list[in
     for _ in range(n):
         s = rng.randint(1, longest)
         t = max(1, min(longest, int(s * rng.uniform(0.6, 1.5))))
-        pairs.append(([rng.randint(4, 99) for _ in range(s)], [rng.randint(4, 99) for _ in range(t)]))
+        pairs.append(
+            ([rng.randint(4, 99) for _ in range(s)], [rng.randint(4, 99) for _ in range(t)])
+        )
     return pairs
 
 
@@ -81,7 +83,9 @@ def test_same_seed_same_batches_other_epoch_other_order():
     other_seed = TokenBatcher(PAIRS, 400, PAD, BOS, EOS, seed=8)
     assert other_seed.batch_indices(2) != first.batch_indices(2)
     # the batches themselves are the same sets; only their order changes
-    assert sorted(map(sorted, first.batch_indices(2))) == sorted(map(sorted, first.batch_indices(3)))
+    assert sorted(map(sorted, first.batch_indices(2))) == sorted(
+        map(sorted, first.batch_indices(3))
+    )
 
 
 def test_skip_resumes_exactly():
@@ -165,7 +169,7 @@ def test_padding_fraction_matches_the_tensors():
     real = padded = 0
     current: list[int] = []
     for i in [*order, None]:
-        grown = current + [i] if i is not None else current
+        grown = [*current, i] if i is not None else current
         longest = max(max(len(PAIRS[j][0]), len(PAIRS[j][1])) + 1 for j in grown)
         if i is None or len(grown) * longest > 600:
             src = [len(PAIRS[j][0]) + 1 for j in current]
