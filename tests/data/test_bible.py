@@ -198,3 +198,34 @@ def test_real_kjv_has_no_pilcrows_or_usfm():
     assert pairs["Exodus 17:16"][0].startswith("For he said, Because the LORD hath sworn")
     text = " ".join(s for s, _ in aligned.pairs)
     assert "¶" not in text and "\\" not in text and "<" not in text
+
+
+def test_find_shifted_chapters_reference():
+    from aiayn.data.bible import drop_shifted_chapters, find_shifted_chapters
+
+    lengths = [10, 60, 15, 80, 12, 70, 20, 50]
+    refs, pairs = [], []
+    for verse, n in enumerate(lengths, start=1):  # chapter 1: aligned, Spanish 20% longer
+        refs.append(VerseRef(0, "A", 1, verse))
+        pairs.append(("e" * n, "s" * int(n * 1.2)))
+    for verse, n in enumerate(lengths, start=1):  # chapter 2: Spanish verse n = English n - 1
+        refs.append(VerseRef(0, "A", 2, verse))
+        previous = lengths[verse - 2] if verse > 1 else 30
+        pairs.append(("e" * n, "s" * int(previous * 1.2)))
+    assert find_shifted_chapters(refs, pairs) == {(0, 2)}
+    kept = drop_shifted_chapters(AlignedBible(refs, pairs, {"empty_source": 0}))
+    assert kept.refs == refs[:8] and kept.pairs == pairs[:8]
+    assert kept.dropped == {"empty_source": 0, "shifted_chapter": 8}
+    assert kept.shifted_chapters == ["A 2"]
+
+
+@needs_sword
+def test_real_shifted_chapters_are_the_hebrew_numbered_ones(real_web):
+    # the RV1909 module numbers these chapters as the Hebrew Bible does
+    assert real_web.shifted_chapters == [
+        "Hosea 12",
+        "I Samuel 24",
+        "Jonah 2",
+        "Numbers 13",
+        "Numbers 30",
+    ]

@@ -16,11 +16,12 @@ from __future__ import annotations
 import functools
 import html
 import logging
+import math
 import re
 import unicodedata
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
@@ -197,6 +198,7 @@ class AlignedBible:
     refs: list[VerseRef]
     pairs: list[tuple[str, str]]
     dropped: dict[str, int]
+    shifted_chapters: list[str] = field(default_factory=list)
 
 
 def align(source: dict[tuple, str], target: dict[tuple, str]) -> AlignedBible:
@@ -275,8 +277,67 @@ def iter_split(
             yield ref, pair
 
 
+def _mean_log_ratio(a: Sequence[float], b: Sequence[float]) -> float:
+    return sum(abs(math.log(x / y)) for x, y in zip(a, b, strict=True)) / len(a)
+
+
+def find_shifted_chapters(
+    refs: Sequence[VerseRef],
+    pairs: Sequence[tuple[str, str]],
+    min_verses: int = 4,
+    min_error: float = 0.25,
+    gain: float = 0.6,
+) -> set[tuple[int, int]]:
+    """Chapters whose verses look numbered one apart in the two texts.
+
+    The RV1909 module numbers a few chapters the Hebrew way (Numbers 13 and 30,
+    1 Samuel 24, Hosea 12, Jonah 2: its verse n is the English verse n - 1), so
+    pairing by number puts every verse beside its neighbour's translation. Such a
+    chapter shows in the sentence lengths: after scaling English lengths to the
+    Spanish total, the mean |log(length ratio)| of the pairs is at least
+    `min_error`, and shifting one side by one verse cuts it by the factor `gain`.
+
+    Returns:
+        {(book_index, chapter)} of the shifted chapters.
+    """
+    chapters: dict[tuple[int, int], list[int]] = {}
+    for i, ref in enumerate(refs):
+        chapters.setdefault((ref.book_index, ref.chapter), []).append(i)
+    shifted = set()
+    for key, indices in chapters.items():
+        if len(indices) < min_verses:
+            continue
+        src = [len(pairs[i][0]) for i in indices]
+        tgt = [float(len(pairs[i][1])) for i in indices]
+        scale = sum(tgt) / sum(src)
+        src = [n * scale for n in src]
+        error = _mean_log_ratio(src, tgt)
+        best_shift = min(_mean_log_ratio(src[1:], tgt[:-1]), _mean_log_ratio(src[:-1], tgt[1:]))
+        if error >= min_error and best_shift < gain * error:
+            shifted.add(key)
+    return shifted
+
+
+def drop_shifted_chapters(aligned: AlignedBible) -> AlignedBible:
+    """`aligned` without the chapters `find_shifted_chapters` flags; counted and named."""
+    shifted = find_shifted_chapters(aligned.refs, aligned.pairs)
+    keep = [i for i, r in enumerate(aligned.refs) if (r.book_index, r.chapter) not in shifted]
+    names = sorted(
+        {f"{r.book} {r.chapter}" for r in aligned.refs if (r.book_index, r.chapter) in shifted}
+    )
+    dropped = {**aligned.dropped, "shifted_chapter": len(aligned.refs) - len(keep)}
+    if names:
+        log.info("dropped %d chapters numbered one verse apart: %s", len(names), ", ".join(names))
+    return AlignedBible(
+        [aligned.refs[i] for i in keep], [aligned.pairs[i] for i in keep], dropped, names
+    )
+
+
 def load_bible(source: EnglishSource = EnglishSource.WEB, root: Path = SWORD_ROOT) -> AlignedBible:
     """Read, clean and align English `source` with the Spanish Reina-Valera 1909.
+
+    Chapters numbered one verse apart in the two modules are dropped (see
+    `find_shifted_chapters`) and counted as "shifted_chapter" pairs.
 
     Raises:
         SwordModuleMissing: a module is not installed; the message has the apt-get line.
@@ -284,4 +345,4 @@ def load_bible(source: EnglishSource = EnglishSource.WEB, root: Path = SWORD_ROO
     module, package = MODULES[EnglishSource(source)]
     english = read_module(module, package, root)
     spanish = read_module(*SPANISH_MODULE, root=root)
-    return align(english, spanish)
+    return drop_shifted_chapters(align(english, spanish))

@@ -296,6 +296,7 @@ def prepare_bible(
         "modules": [bible.MODULES[english][0], bible.SPANISH_MODULE[0]],
         "aligned_pairs": len(aligned.pairs),
         "dropped_in_alignment": aligned.dropped,
+        "shifted_chapters_dropped": aligned.shifted_chapters,
         "held_out_chapters": {name: sorted(chapters[name]) for name in ("valid", "test")},
     }
     return prepare_corpus(splits, out, "en", "es", config, source)
