@@ -122,8 +122,8 @@ def test_missing_file(tmp_path):
 
 
 def test_drop_empty_counts_whitespace_pairs():
-    pairs = [("a", "b"), ("  ", "x"), ("y", "\t"), (" c ", " d "), ("", "")]
-    assert drop_empty(pairs) == ([("a", "b"), ("c", "d")], 3)
+    pairs = [("a", "b"), ("  ", "x"), ("y", "\t"), (" c ", " d "), ("", ""), ("e\nf", "g\r\nh")]
+    assert drop_empty(pairs) == ([("a", "b"), ("c", "d"), ("e f", "g  h")], 3)
 
 
 def test_length_filter_reference():

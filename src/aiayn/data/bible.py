@@ -20,7 +20,7 @@ import math
 import re
 import unicodedata
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -266,15 +266,6 @@ def split_by_chapter(
         else:
             splits.append("train")
     return splits
-
-
-def iter_split(
-    aligned: AlignedBible, splits: Sequence[str], name: str
-) -> Iterator[tuple[VerseRef, tuple[str, str]]]:
-    """The (location, pair) items of one split, in canonical order."""
-    for ref, pair, split in zip(aligned.refs, aligned.pairs, splits, strict=True):
-        if split == name:
-            yield ref, pair
 
 
 def _mean_log_ratio(a: Sequence[float], b: Sequence[float]) -> float:
