@@ -129,9 +129,7 @@ def test_drop_empty_counts_whitespace_pairs():
 def test_length_filter_reference():
     config = PrepareConfig(max_tokens=10, max_ratio=2.0, ratio_min_tokens=3)
     lengths = [(10, 10), (11, 3), (3, 11), (4, 8), (4, 9), (1, 9), (2, 2)]
-    src = [[7] * s for s, _ in lengths]
-    tgt = [[7] * t for _, t in lengths]
-    keep, dropped = length_filter(src, tgt, config)
+    keep, dropped = length_filter([s for s, _ in lengths], [t for _, t in lengths], config)
     # (11, 3), (3, 11): too long; (4, 9): ratio 2.25; (1, 9): exempt, shorter side < 3
     assert keep == [0, 3, 5, 6]
     assert dropped == {"too_long": 2, "length_ratio": 1}

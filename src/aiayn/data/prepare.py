@@ -125,18 +125,17 @@ def drop_empty(pairs: Sequence[tuple[str, str]]) -> tuple[Pairs, int]:
 
 
 def length_filter(
-    src_ids: Sequence[Sequence[int]],
-    tgt_ids: Sequence[Sequence[int]],
+    src_lengths: Sequence[int],
+    tgt_lengths: Sequence[int],
     config: PrepareConfig,
 ) -> tuple[list[int], dict[str, int]]:
     """Indices of the pairs within the length and ratio limits, and drop counts.
 
-    A pair over the length limit is counted as "too_long" only, even if its ratio is
-    also out of range.
+    Lengths are in subwords, without specials. A pair over the length limit is
+    counted as "too_long" only, even if its ratio is also out of range.
     """
     keep, too_long, ratio = [], 0, 0
-    for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True)):
-        n, m = len(s), len(t)
+    for i, (n, m) in enumerate(zip(src_lengths, tgt_lengths, strict=True)):
         if max(n, m) > config.max_tokens:
             too_long += 1
         elif min(n, m) >= config.ratio_min_tokens and max(n, m) > config.max_ratio * min(n, m):
@@ -146,16 +145,17 @@ def length_filter(
     return keep, {"too_long": too_long, "length_ratio": ratio}
 
 
-def _encode(
+def _token_counts(
     tokenizer: Tokenizer, texts: list[str], what: str, chunk: int = 20_000
-) -> list[list[int]]:
-    ids: list[list[int]] = []
+) -> list[int]:
+    # only the counts are kept: WMT14's 4.5M pairs as lists of ids would need gigabytes
+    counts: list[int] = []
     with tqdm(total=len(texts), desc=f"encode {what}", unit="sent", disable=None) as bar:
         for start in range(0, len(texts), chunk):
             part = texts[start : start + chunk]
-            ids.extend(tokenizer.encode_batch(part))
+            counts.extend(map(len, tokenizer.encode_batch(part)))
             bar.update(len(part))
-    return ids
+    return counts
 
 
 def prepare_corpus(
@@ -218,23 +218,21 @@ def prepare_corpus(
 
         for name in SPLITS:
             pairs = cleaned[name]
-            src_ids = _encode(tokenizer, [s for s, _ in pairs], f"{name}.{src_lang}")
-            tgt_ids = _encode(tokenizer, [t for _, t in pairs], f"{name}.{tgt_lang}")
+            src_n = _token_counts(tokenizer, [s for s, _ in pairs], f"{name}.{src_lang}")
+            tgt_n = _token_counts(tokenizer, [t for _, t in pairs], f"{name}.{tgt_lang}")
             if name == "train":
-                keep, dropped = length_filter(src_ids, tgt_ids, config)
+                keep, dropped = length_filter(src_n, tgt_n, config)
                 stats[name].dropped.update(dropped)
                 pairs = [pairs[i] for i in keep]
-                src_ids = [src_ids[i] for i in keep]
-                tgt_ids = [tgt_ids[i] for i in keep]
+                src_n = [src_n[i] for i in keep]
+                tgt_n = [tgt_n[i] for i in keep]
             split = stats[name]
             split.pairs = len(pairs)
-            split.src_tokens = sum(map(len, src_ids))
-            split.tgt_tokens = sum(map(len, tgt_ids))
+            split.src_tokens, split.tgt_tokens = sum(src_n), sum(tgt_n)
             if pairs:
-                split.src_tokens_per_sentence = round(statistics.fmean(map(len, src_ids)), 2)
-                split.tgt_tokens_per_sentence = round(statistics.fmean(map(len, tgt_ids)), 2)
-                split.src_tokens_max = max(map(len, src_ids))
-                split.tgt_tokens_max = max(map(len, tgt_ids))
+                split.src_tokens_per_sentence = round(statistics.fmean(src_n), 2)
+                split.tgt_tokens_per_sentence = round(statistics.fmean(tgt_n), 2)
+                split.src_tokens_max, split.tgt_tokens_max = max(src_n), max(tgt_n)
             (tmp / f"{name}.{src_lang}").write_text(
                 lines_text(s for s, _ in pairs), encoding="utf-8"
             )
