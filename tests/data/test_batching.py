@@ -97,7 +97,9 @@ def test_skip_resumes_exactly():
         for a, b in zip(resumed, full[skip:], strict=True):
             assert torch.equal(a.src, b.src) and torch.equal(a.tgt_in, b.tgt_in)
     with pytest.raises(ValueError, match="skip"):
-        list(batcher.epoch(4, skip=len(full) + 1))
+        batcher.epoch(4, skip=len(full) + 1)
+    with pytest.raises(ValueError, match="skip"):
+        batcher.epoch(4, skip=-1)
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])

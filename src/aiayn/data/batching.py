@@ -133,13 +133,17 @@ class TokenBatcher:
         """This rank's batches for `epoch`, after the first `skip` (to resume exactly).
 
         Raises:
-            ValueError: `skip` is negative or more than `len(self)`.
+            ValueError: `skip` is negative or more than `len(self)` (raised at the call,
+                not at the first batch).
         """
         if not 0 <= skip <= len(self):
             raise ValueError(f"skip must lie in [0, {len(self)}], got {skip}")
-        for indices in self.batch_indices(epoch)[skip:]:
+        return self._batches(self.batch_indices(epoch)[skip:])
+
+    def _batches(self, indices: list[list[int]]) -> Iterator[Batch]:
+        for batch in indices:
             yield Batch.from_pairs(
-                [(self.pairs[i][0], self.pairs[i][1]) for i in indices],
+                [(self.pairs[i][0], self.pairs[i][1]) for i in batch],
                 self.pad_id,
                 self.bos_id,
                 self.eos_id,

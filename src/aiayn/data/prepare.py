@@ -369,7 +369,12 @@ def load_hf_pairs(name: str, config_name: str | None, src_lang: str, tgt_lang: s
 
     Splits named "train", "validation" (or "valid") and "test" are read.
     """
-    import datasets
+    try:
+        import datasets
+    except ImportError:
+        raise ValueError(
+            "Hugging Face sources need the datasets package: pip install 'aiayn[hf]'"
+        ) from None
 
     if Path(name).is_dir():
         loaded = datasets.load_from_disk(name)
