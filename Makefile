@@ -26,8 +26,9 @@ install: $(VENV)/.installed
 # The Bible corpus comes from Debian's SWORD modules. Installed when we are root;
 # otherwise the exact command is printed and the data tests skip with a reason.
 sword:
-	@if ls /usr/share/sword/modules/texts/ztext/web >/dev/null 2>&1 \
-	    && ls /usr/share/sword/modules/texts/ztext/sparv >/dev/null 2>&1; then :; \
+	@if ls /usr/share/sword/modules/texts/ztext/engWEB2015eb >/dev/null 2>&1 \
+	    && ls /usr/share/sword/modules/texts/ztext/spaRV1909eb >/dev/null 2>&1 \
+	    && ls /usr/share/sword/modules/texts/ztext/engKJV2006eb >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
 	    (apt-get install -y -q $(SWORD_PACKAGES) >/dev/null 2>&1 \
 	     || (apt-get update -q >/dev/null && apt-get install -y -q $(SWORD_PACKAGES) >/dev/null)) \

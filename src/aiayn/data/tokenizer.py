@@ -117,7 +117,7 @@ def train_tokenizer(
         bos_id=BOS_ID,
         eos_id=EOS_ID,
         unk_id=UNK_ID,
-        input_sentence_size=len(sample),
+        input_sentence_size=0,  # all of `sample`, already bounded (spm rejects 1..100)
         shuffle_input_sentence=False,
         num_threads=2,
         minloglevel=2,
