@@ -1,0 +1,331 @@
+"""Decoding speed on CPU: aiayn vs Hugging Face `generate` vs CTranslate2, same weights.
+
+    PYTHONPATH=src python benchmarks/bench_decode.py [--quick]
+
+One random-weight MarianMTModel per shape is saved with `save_pretrained` into a
+work directory, loaded into aiayn (`load_marian_model`) and Hugging Face, and
+converted to CTranslate2 fp32 and int8 with its `TransformersConverter`. Every
+system decodes the same 32 sources of 30 tokens and runs exactly 30 decoder steps
+per sentence (eos is forbidden until the last step), greedy and beam 4, with the
+same number of threads. Metric: target tokens/s = batch x 30 / wall time of one
+call, the encoder included. Systems take turns call by call (see `common`); the
+tables show medians and the median of the per-round ratios. Batch-1 rows give the
+latency of one sentence.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common  # noqa: E402
+
+SYSTEMS = ("aiayn", "hf", "ct2-fp32", "ct2-int8")
+LABELS = {
+    "aiayn": "aiayn",
+    "hf": "HF generate",
+    "ct2-fp32": "CTranslate2 fp32",
+    "ct2-int8": "CTranslate2 int8",
+}
+
+
+# ----- workers: one call of one system -----------------------------------------------
+
+
+class FixedLength:
+    """aiayn's model, with eos forbidden until the output is `length` tokens long.
+
+    The benchmark's way to make aiayn generate exactly as many tokens as the peers
+    (their min/max-length options); the search itself is unchanged.
+    """
+
+    def __init__(self, model, length: int) -> None:
+        self.model, self.cfg, self.length = model, model.cfg, length
+        self.encode, self.new_cache = model.encode, model.new_cache
+
+    def decode(self, tgt, encoded, cache):
+        logits = self.model.decode(tgt, encoded, cache)
+        if cache.length < self.length:
+            logits[..., self.cfg.eos_id] = float("-inf")
+        return logits
+
+
+def aiayn_runner(directory: Path, threads: int):
+    import torch
+
+    from aiayn.marian import load_marian_model
+    from aiayn.search import beam_search, greedy_search
+
+    common.set_threads(threads)
+    model = load_marian_model(directory)
+
+    def run(src: list[list[int]], beam: int, tgt_len: int) -> list[list[int]]:
+        ids = torch.tensor(src)
+        fixed = FixedLength(model, tgt_len)
+        extra_len = tgt_len - len(src[0])  # the length limit is source + extra_len
+        with torch.inference_mode():
+            if beam == 1:
+                hyps = greedy_search(fixed, ids, extra_len=extra_len)
+            else:
+                hyps = beam_search(fixed, ids, beam=beam, alpha=0.0, extra_len=extra_len)
+        return [h[0].tokens + [common.EOS] for h in hyps]
+
+    return run
+
+
+def hf_runner(directory: Path, threads: int):
+    import torch
+    from transformers import GenerationConfig, MarianMTModel
+
+    common.set_threads(threads)
+    model = MarianMTModel.from_pretrained(directory).eval()
+    # generate() fills unset fields from model.generation_config, whose forced eos
+    # would end every output one token early: clear it there.
+    model.generation_config.forced_eos_token_id = None
+
+    def run(src: list[list[int]], beam: int, tgt_len: int) -> list[list[int]]:
+        config = GenerationConfig(
+            do_sample=False,
+            num_beams=beam,
+            max_new_tokens=tgt_len,
+            min_new_tokens=tgt_len,
+            use_cache=True,
+            decoder_start_token_id=common.PAD,
+            eos_token_id=common.EOS,
+            pad_token_id=common.PAD,
+            forced_eos_token_id=None,
+            suppress_tokens=[common.PAD],  # CTranslate2 drops <pad>; aiayn never generates it
+            length_penalty=1.0,
+            early_stopping=False,
+        )
+        ids = torch.tensor(src)
+        with torch.inference_mode():
+            out = model.generate(
+                input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config
+            )
+        return out[:, 1:].tolist()
+
+    return run
+
+
+def ct2_runner(directory: Path, threads: int, quantization: str):
+    import ctranslate2
+
+    translator = ctranslate2.Translator(
+        str(directory),
+        device="cpu",
+        compute_type="int8" if quantization == "int8" else "float32",
+        inter_threads=1,
+        intra_threads=threads,
+    )
+    ids = {common.ct2_token(i): i for i in range(common.PAD)}
+
+    def run(src: list[list[int]], beam: int, tgt_len: int) -> list[list[int]]:
+        results = translator.translate_batch(
+            [[common.ct2_token(i) for i in row] for row in src],
+            beam_size=beam,
+            max_decoding_length=tgt_len,
+            min_decoding_length=tgt_len,
+            length_penalty=1.0,
+            max_batch_size=0,
+        )
+        return [[ids[t] for t in r.hypotheses[0]] for r in results]
+
+    return run
+
+
+def worker(system: str, workdir: Path, size: str, threads: int) -> None:
+    if system == "aiayn":
+        run = aiayn_runner(workdir / f"marian-{size}", threads)
+    elif system == "hf":
+        run = hf_runner(workdir / f"marian-{size}", threads)
+    else:
+        quantization = system.split("-")[1]
+        run = ct2_runner(workdir / f"ct2-{size}-{quantization}", threads, quantization)
+
+    def handle(request):
+        src = common.source_ids(request["batch"], request["src_len"])
+        start = time.perf_counter()
+        tokens = run(src, request["beam"], request["tgt_len"])
+        seconds = time.perf_counter() - start
+        lengths = {len(row) for row in tokens}
+        if lengths != {request["tgt_len"]}:
+            raise RuntimeError(f"{system} generated lengths {lengths}, not {request['tgt_len']}")
+        return {"seconds": seconds, "tokens": tokens if request.get("tokens") else None}
+
+    common.serve(handle)
+
+
+# ----- parent --------------------------------------------------------------------------
+
+
+def prepare(workdir: Path, size: str, systems: list[str]) -> None:
+    marian = workdir / f"marian-{size}"
+    if not (marian / "config.json").exists():
+        common.save_random_marian(size, marian)
+    for quantization in ("fp32", "int8"):
+        out = workdir / f"ct2-{size}-{quantization}"
+        if f"ct2-{quantization}" in systems and not (out / "model.bin").exists():
+            common.convert_ct2(marian, out, None if quantization == "fp32" else "int8")
+
+
+def agreement(a: list[list[int]], b: list[list[int]], n: int) -> int:
+    """Sentences whose first n tokens agree (aiayn's last token is the forced eos)."""
+    return sum(x[:n] == y[:n] for x, y in zip(a, b, strict=True))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="small,base")
+    parser.add_argument("--beams", default="1,4")
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--src-len", type=int, default=30)
+    parser.add_argument("--tgt-len", type=int, default=30)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=5, help="timed calls per system")
+    parser.add_argument("--no-latency", action="store_true", help="skip the batch-1 rows")
+    parser.add_argument("--quick", action="store_true", help="3 rounds, fp32 peers only")
+    parser.add_argument("--workdir", type=Path, help="keep the models here (default: temp)")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--size", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        return worker(args.worker, args.workdir, args.size, args.threads)
+    if args.tgt_len < args.src_len:
+        parser.error("--tgt-len must be >= --src-len (aiayn's limit is source + extra_len)")
+    if args.quick:
+        args.rounds = 3
+        args.systems = args.systems.replace(",ct2-int8", "")
+    systems = args.systems.split(",")
+    workdir = args.workdir or common.default_workdir()
+    workdir.mkdir(parents=True, exist_ok=True)
+    configs = [(beam, args.batch) for beam in map(int, args.beams.split(","))]
+    if not args.no_latency:
+        configs += [(beam, 1) for beam in map(int, args.beams.split(","))]
+
+    rows, records = [], []
+    for size in args.sizes.split(","):
+        prepare(workdir, size, systems)
+        workers = {
+            s: common.Worker(
+                __file__,
+                s,
+                ["--workdir", str(workdir), "--size", size, "--threads", str(args.threads)],
+                args.threads,
+            )
+            for s in systems
+        }
+        try:
+            times = {(s, c): [] for s in systems for c in configs}
+            outputs = {}
+            for beam, batch in configs:  # warm-up call, keeping the outputs for a check
+                for s in systems:
+                    reply = workers[s].ask(
+                        beam=beam,
+                        batch=batch,
+                        src_len=args.src_len,
+                        tgt_len=args.tgt_len,
+                        tokens=True,
+                    )
+                    outputs[s, beam, batch] = reply["tokens"]
+            for r in range(args.rounds):
+                for beam, batch in configs:
+                    order = systems[r % len(systems) :] + systems[: r % len(systems)]
+                    for s in order:
+                        reply = workers[s].ask(
+                            beam=beam, batch=batch, src_len=args.src_len, tgt_len=args.tgt_len
+                        )
+                        times[s, (beam, batch)].append(reply["seconds"])
+        finally:
+            for w in workers.values():
+                w.close()
+
+        for beam, batch in configs:
+            config = (beam, batch)
+            n_tokens = batch * args.tgt_len
+            reference = {
+                peer: [
+                    a / b
+                    for a, b in zip(times[peer, config], times["aiayn", config], strict=True)
+                ]
+                for peer in ("hf", "ct2-fp32")
+                if peer in systems and "aiayn" in systems
+            }
+            for s in systems:
+                seconds = common.median(times[s, config])
+                same = None
+                if s != "aiayn" and "aiayn" in systems:
+                    same = agreement(
+                        outputs["aiayn", beam, batch], outputs[s, beam, batch], args.tgt_len - 1
+                    )
+                vs = {
+                    peer: common.median(
+                        [
+                            a / b
+                            for a, b in zip(times[peer, config], times[s, config], strict=True)
+                        ]
+                    )
+                    for peer in reference
+                }
+                record = dict(
+                    size=size,
+                    search="greedy" if beam == 1 else f"beam {beam}",
+                    batch=batch,
+                    system=s,
+                    tokens_per_s=n_tokens / seconds,
+                    ms_per_call=1000 * seconds,
+                    times_s=times[s, config],
+                    speedup_vs_hf=vs.get("hf"),
+                    speedup_vs_ct2_fp32=vs.get("ct2-fp32"),
+                    same_outputs_as_aiayn=same,
+                )
+                records.append(record)
+                rows.append(
+                    [
+                        size,
+                        record["search"],
+                        batch,
+                        LABELS[s],
+                        record["tokens_per_s"],
+                        record["ms_per_call"],
+                        "" if vs.get("hf") is None else f"{vs['hf']:.2f}x",
+                        "" if vs.get("ct2-fp32") is None else f"{vs['ct2-fp32']:.2f}x",
+                        "" if same is None else f"{same}/{batch}",
+                    ]
+                )
+
+    print(
+        f"\nDecoding, {args.src_len} source tokens -> exactly {args.tgt_len} target tokens, "
+        f"{args.threads} threads, median of {args.rounds} interleaved calls; "
+        f"{common.machine()}\n"
+    )
+    print(
+        common.table(
+            [
+                "shape",
+                "search",
+                "batch",
+                "system",
+                "tgt tok/s",
+                "ms/call",
+                "vs HF",
+                "vs CT2 fp32",
+                "same output as aiayn",
+            ],
+            rows,
+        )
+    )
+    path = common.write_json(
+        "decode",
+        {"args": {k: str(v) for k, v in vars(args).items()}, "results": records},
+    )
+    print(f"\nwritten {path}")
+
+
+if __name__ == "__main__":
+    main()

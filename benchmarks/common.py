@@ -1,0 +1,224 @@
+"""What the benchmarks share: the two shapes, random Marian checkpoints, worker processes, tables.
+
+Every system under test runs in a worker process of its own (its own OpenMP pool and
+thread settings), kept alive for the whole run. The parent asks the workers in turn
+for one timed call at a time, so that all systems see the same machine load: on a
+shared machine absolute numbers drift, ratios measured this way much less.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+VOCAB = 8000
+PAD = VOCAB - 1  # Marian's layout: the pad id is last and is the decoder start
+EOS = 0
+SHAPES = {
+    "small": dict(d_model=256, layers=3, heads=4, ffn=1024),
+    "base": dict(d_model=512, layers=6, heads=8, ffn=2048),
+}
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def source_ids(batch: int, length: int, seed: int = 0) -> list[list[int]]:
+    """Sentences of `length` ids: random ids, then eos (no pad, eos or unk inside)."""
+    import random
+
+    rng = random.Random(seed)
+    return [[rng.randint(2, VOCAB - 2) for _ in range(length - 1)] + [EOS] for _ in range(batch)]
+
+
+def save_random_marian(size: str, directory: Path, seed: int = 1234) -> Path:
+    """A random-weight MarianMTModel of one shape, saved with `save_pretrained`."""
+    import torch
+    from transformers import MarianConfig, MarianMTModel
+
+    shape = SHAPES[size]
+    config = MarianConfig(
+        vocab_size=VOCAB,
+        decoder_vocab_size=VOCAB,
+        d_model=shape["d_model"],
+        encoder_layers=shape["layers"],
+        decoder_layers=shape["layers"],
+        encoder_attention_heads=shape["heads"],
+        decoder_attention_heads=shape["heads"],
+        encoder_ffn_dim=shape["ffn"],
+        decoder_ffn_dim=shape["ffn"],
+        max_position_embeddings=512,
+        activation_function="relu",
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+        pad_token_id=PAD,
+        decoder_start_token_id=PAD,
+        eos_token_id=EOS,
+        forced_eos_token_id=EOS,
+        dropout=0.1,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+    )
+    torch.manual_seed(seed)
+    model = MarianMTModel(config).eval()
+    with torch.no_grad():  # random biases, so that a mapping error cannot hide behind zeros
+        model.final_logits_bias.normal_(std=0.1)
+    model.save_pretrained(directory)
+    return directory
+
+
+class _SyntheticVocabulary:
+    """What CTranslate2's Marian loader asks of a tokenizer: the vocabulary and two tokens."""
+
+    eos_token = "</s>"
+    unk_token = "<unk>"
+
+    def get_vocab(self) -> dict[str, int]:
+        vocab = {"</s>": 0, "<unk>": 1, "<pad>": PAD}
+        vocab.update({f"w{i}": i for i in range(2, PAD)})
+        return vocab
+
+
+def ct2_token(i: int) -> str:
+    return {0: "</s>", 1: "<unk>"}.get(i, f"w{i}")
+
+
+def convert_ct2(marian_dir: Path, out: Path, quantization: str | None) -> Path:
+    """Convert with CTranslate2's TransformersConverter (a synthetic vocabulary, no tokenizer)."""
+    from ctranslate2.converters import TransformersConverter
+
+    class Converter(TransformersConverter):
+        def load_tokenizer(self, tokenizer_class, model_name_or_path, **kwargs):
+            return _SyntheticVocabulary()
+
+    Converter(str(marian_dir)).convert(str(out), quantization=quantization, force=True)
+    return out
+
+
+def default_workdir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="aiayn-bench-"))
+
+
+# ----- workers ------------------------------------------------------------------
+
+_PREFIX = "@@ "
+
+
+def serve(handle) -> None:
+    """Worker side: answer one JSON request per stdin line with one JSON line."""
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request.get("stop"):
+            break
+        try:
+            reply = handle(request)
+        except Exception as err:  # report, keep serving
+            reply = {"error": f"{type(err).__name__}: {err}"}
+        sys.stdout.write(_PREFIX + json.dumps(reply) + "\n")
+        sys.stdout.flush()
+
+
+class Worker:
+    """Parent side: one long-lived process running `script --worker system ...`."""
+
+    def __init__(self, script: str, system: str, args: list[str], threads: int) -> None:
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+        self.system = system
+        self.log = tempfile.TemporaryFile(mode="w+")
+        self.process = subprocess.Popen(
+            [sys.executable, script, "--worker", system, *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            env=env,
+        )
+
+    def ask(self, **request: Any) -> dict[str, Any]:
+        time.sleep(0.05)  # let the previous worker's OpenMP threads stop spinning
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        for line in self.process.stdout:
+            if line.startswith(_PREFIX):
+                reply = json.loads(line[len(_PREFIX) :])
+                if "error" in reply:
+                    raise RuntimeError(f"{self.system}: {reply['error']}\n{self.stderr()}")
+                return reply
+        raise RuntimeError(f"worker {self.system} died:\n{self.stderr()}")
+
+    def stderr(self) -> str:
+        self.log.seek(0)
+        return self.log.read()[-3000:]
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.stdin.write(json.dumps({"stop": True}) + "\n")
+            self.process.stdin.close()
+            self.process.wait(timeout=60)
+
+
+def set_threads(threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+# ----- reporting -------------------------------------------------------------------
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def machine() -> str:
+    model = platform.processor() or "cpu"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} cores"
+
+
+def versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for name in ("torch", "transformers", "ctranslate2"):
+        try:
+            out[name] = __import__(name).__version__
+        except ImportError:
+            pass
+    return out
+
+
+def table(headers: list[str], rows: list[list[Any]]) -> str:
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            return f"{value:,.2f}" if value < 10 else f"{value:,.0f}"
+        return str(value)
+
+    lines = ["| " + " | ".join(headers) + " |"]
+    lines.append("|" + "|".join("---" if i < 2 else "---:" for i in range(len(headers))) + "|")
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_json(name: str, payload: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    payload = {
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": machine(),
+        "versions": versions(),
+        **payload,
+    }
+    path.write_text(json.dumps(payload, indent=1) + "\n")
+    return path
