@@ -1,0 +1,268 @@
+"""Training speed on CPU: aiayn vs Hugging Face MarianMTModel vs torch.nn.Transformer.
+
+    PYTHONPATH=src python benchmarks/bench_train.py [--quick]
+
+The same work for each system, fp32, train mode (dropout 0.1): 32 sources of 30
+tokens, 30 target tokens, forward, cross-entropy, backward, one AdamW step and
+zero_grad. The three models have the same shape (small: d_model 256, 3+3 layers,
+4 heads, d_ff 1024; base: 512, 6+6, 8, 2048; vocabulary 8000, one tied embedding
+matrix). Metric: target tokens/s = 32 x 30 / step time. Systems take turns step by
+step (see `common`); tables show medians and the median of the per-round ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common  # noqa: E402
+
+SYSTEMS = ("aiayn", "hf", "torch-nn")
+LABELS = {"aiayn": "aiayn", "hf": "HF MarianMTModel", "torch-nn": "torch.nn.Transformer"}
+
+
+def build(system: str, size: str):
+    """(model, loss(src, tgt)) for one system; tgt ends with eos, the decoder starts from pad."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    shape = common.SHAPES[size]
+    d, n_layers, heads, d_ff = shape["d_model"], shape["layers"], shape["heads"], shape["ffn"]
+
+    def shift(tgt):  # decoder input: pad (Marian's start token), then tgt without its last
+        return torch.cat([torch.full_like(tgt[:, :1], common.PAD), tgt[:, :-1]], dim=1)
+
+    if system == "aiayn":
+        from aiayn import ModelConfig, Transformer
+
+        cfg = ModelConfig(
+            vocab_size=common.VOCAB,
+            d_model=d,
+            n_heads=heads,
+            d_ff=d_ff,
+            n_layers=n_layers,
+            dropout=0.1,
+            max_len=512,
+            pad_id=common.PAD,
+            bos_id=common.PAD,
+            eos_id=common.EOS,
+        )
+        model = Transformer(cfg)
+
+        def loss(src, tgt):
+            logits = model(src, shift(tgt))
+            return F.cross_entropy(logits.view(-1, common.VOCAB), tgt.view(-1))
+
+        return model, loss
+
+    if system == "hf":
+        from transformers import MarianConfig, MarianMTModel
+
+        config = MarianConfig(
+            vocab_size=common.VOCAB,
+            decoder_vocab_size=common.VOCAB,
+            d_model=d,
+            encoder_layers=n_layers,
+            decoder_layers=n_layers,
+            encoder_attention_heads=heads,
+            decoder_attention_heads=heads,
+            encoder_ffn_dim=d_ff,
+            decoder_ffn_dim=d_ff,
+            max_position_embeddings=512,
+            activation_function="relu",
+            scale_embedding=True,
+            pad_token_id=common.PAD,
+            decoder_start_token_id=common.PAD,
+            eos_token_id=common.EOS,
+            dropout=0.1,
+            attention_dropout=0.0,
+            activation_dropout=0.0,
+        )
+        model = MarianMTModel(config)
+
+        def loss(src, tgt):
+            return model(input_ids=src, labels=tgt).loss
+
+        return model, loss
+
+    class TorchTransformer(nn.Module):
+        """nn.Transformer with a tied embedding x sqrt(d), sinusoids and output projection."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.embedding = nn.Embedding(common.VOCAB, d, padding_idx=common.PAD)
+            nn.init.normal_(self.embedding.weight, std=d**-0.5)
+            position = torch.arange(512)[:, None].float()
+            div = torch.exp(torch.arange(0, d, 2).float() * (-math.log(10000.0) / d))
+            table = torch.zeros(512, d)
+            table[:, 0::2], table[:, 1::2] = torch.sin(position * div), torch.cos(position * div)
+            self.register_buffer("positions", table, persistent=False)
+            self.dropout = nn.Dropout(0.1)
+            self.transformer = nn.Transformer(
+                d, heads, n_layers, n_layers, d_ff, dropout=0.1, batch_first=True
+            )
+
+        def embed(self, ids):
+            return self.dropout(self.embedding(ids) * math.sqrt(d) + self.positions[: ids.size(1)])
+
+        def forward(self, src, tgt_in):
+            length = tgt_in.size(1)
+            causal = nn.Transformer.generate_square_subsequent_mask(length)
+            hidden = self.transformer(
+                self.embed(src), self.embed(tgt_in), tgt_mask=causal, tgt_is_causal=True
+            )
+            return F.linear(hidden, self.embedding.weight)
+
+    model = TorchTransformer()
+
+    def loss(src, tgt):
+        logits = model(src, shift(tgt))
+        return F.cross_entropy(logits.view(-1, common.VOCAB), tgt.view(-1))
+
+    return model, loss
+
+
+def worker(system: str, size: str, threads: int, batch: int, src_len: int, tgt_len: int) -> None:
+    import torch
+
+    common.set_threads(threads)
+    torch.manual_seed(1234)
+    model, loss_fn = build(system, size)
+    model.train()
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.01
+    )
+    batches = [
+        (
+            torch.tensor(common.source_ids(batch, src_len, seed=2 * i)),
+            torch.tensor(common.source_ids(batch, tgt_len, seed=2 * i + 1)),
+        )
+        for i in range(4)
+    ]
+    state = {"step": 0}
+
+    def handle(request):
+        src, tgt = batches[state["step"] % len(batches)]
+        state["step"] += 1
+        start = time.perf_counter()
+        loss = loss_fn(src, tgt)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        value = loss.item()
+        return {
+            "seconds": time.perf_counter() - start,
+            "loss": value,
+            "params": sum(p.numel() for p in model.parameters()),
+        }
+
+    common.serve(handle)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="small,base")
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--src-len", type=int, default=30)
+    parser.add_argument("--tgt-len", type=int, default=30)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=8, help="timed steps per system")
+    parser.add_argument("--quick", action="store_true", help="2 warm-up and 4 timed steps")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--size", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    shape_args = [
+        "--threads",
+        str(args.threads),
+        "--batch",
+        str(args.batch),
+        "--src-len",
+        str(args.src_len),
+        "--tgt-len",
+        str(args.tgt_len),
+    ]
+    if args.worker:
+        return worker(
+            args.worker, args.size, args.threads, args.batch, args.src_len, args.tgt_len
+        )
+    if args.quick:
+        args.warmup, args.rounds = 2, 4
+    systems = args.systems.split(",")
+    rows, records = [], []
+    for size in args.sizes.split(","):
+        workers = {
+            s: common.Worker(__file__, s, ["--size", size, *shape_args], args.threads)
+            for s in systems
+        }
+        try:
+            times = {s: [] for s in systems}
+            replies = {}
+            for _ in range(args.warmup):
+                for s in systems:
+                    replies[s] = workers[s].ask()
+            for r in range(args.rounds):
+                for s in systems[r % len(systems) :] + systems[: r % len(systems)]:
+                    replies[s] = workers[s].ask()
+                    times[s].append(replies[s]["seconds"])
+        finally:
+            for w in workers.values():
+                w.close()
+        n_tokens = args.batch * args.tgt_len
+        for s in systems:
+            seconds = common.median(times[s])
+            vs = {
+                peer: common.median(
+                    [a / b for a, b in zip(times[peer], times[s], strict=True)]
+                )
+                for peer in ("hf", "torch-nn")
+                if peer in systems
+            }
+            record = dict(
+                size=size,
+                system=s,
+                params=replies[s]["params"],
+                tokens_per_s=n_tokens / seconds,
+                ms_per_step=1000 * seconds,
+                times_s=times[s],
+                last_loss=replies[s]["loss"],
+                speedup_vs_hf=vs.get("hf"),
+                speedup_vs_torch_nn=vs.get("torch-nn"),
+            )
+            records.append(record)
+            rows.append(
+                [
+                    size,
+                    LABELS[s],
+                    f"{record['params'] / 1e6:.2f}M",
+                    record["tokens_per_s"],
+                    record["ms_per_step"],
+                    "" if vs.get("hf") is None else f"{vs['hf']:.2f}x",
+                    "" if vs.get("torch-nn") is None else f"{vs['torch-nn']:.2f}x",
+                ]
+            )
+    print(
+        f"\nTraining step (fp32, fwd + bwd + AdamW), batch {args.batch} x {args.src_len} source / "
+        f"{args.tgt_len} target tokens, {args.threads} threads, median of {args.rounds} "
+        f"interleaved steps; {common.machine()}\n"
+    )
+    print(
+        common.table(
+            ["shape", "system", "params", "tgt tok/s", "ms/step", "vs HF", "vs torch.nn"], rows
+        )
+    )
+    path = common.write_json(
+        "train", {"args": {k: str(v) for k, v in vars(args).items()}, "results": records}
+    )
+    print(f"\nwritten {path}")
+
+
+if __name__ == "__main__":
+    main()
