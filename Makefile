@@ -10,7 +10,7 @@ SWORD_PACKAGES := sword-text-web sword-text-sparv sword-text-kjv
 # Folders ruff looks at (benchmarks/ may not exist yet).
 CODE := $(wildcard src tests benchmarks)
 
-.PHONY: demo test lint format install sword clean
+.PHONY: demo test lint format install sword clean bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,13 @@ format: install
 
 test: install lint sword
 	$(BIN)/python -m pytest -n 2 -q
+
+# Speed against the peers (README, "Speed"); about 15 minutes on 2 cores, QUICK=1 for ~5.
+bench: install
+	$(BIN)/pip install --quiet -e ".[test,hf,bench]"
+	PYTHONPATH=src $(BIN)/python benchmarks/bench_decode.py $(if $(QUICK),--quick)
+	PYTHONPATH=src $(BIN)/python benchmarks/bench_train.py $(if $(QUICK),--quick)
+	PYTHONPATH=src $(BIN)/python benchmarks/bench_attention.py $(if $(QUICK),--quick)
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache

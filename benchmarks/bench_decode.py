@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import common  # noqa: E402
+import common
 
 SYSTEMS = ("aiayn", "hf", "ct2-fp32", "ct2-int8")
 LABELS = {
@@ -72,7 +72,7 @@ def aiayn_runner(directory: Path, threads: int):
                 hyps = greedy_search(fixed, ids, extra_len=extra_len)
             else:
                 hyps = beam_search(fixed, ids, beam=beam, alpha=0.0, extra_len=extra_len)
-        return [h[0].tokens + [common.EOS] for h in hyps]
+        return [[*h[0].tokens, common.EOS] for h in hyps]
 
     return run
 
@@ -250,8 +250,7 @@ def main() -> None:
             n_tokens = batch * args.tgt_len
             reference = {
                 peer: [
-                    a / b
-                    for a, b in zip(times[peer, config], times["aiayn", config], strict=True)
+                    a / b for a, b in zip(times[peer, config], times["aiayn", config], strict=True)
                 ]
                 for peer in ("hf", "ct2-fp32")
                 if peer in systems and "aiayn" in systems
@@ -265,10 +264,7 @@ def main() -> None:
                     )
                 vs = {
                     peer: common.median(
-                        [
-                            a / b
-                            for a, b in zip(times[peer, config], times[s, config], strict=True)
-                        ]
+                        [a / b for a, b in zip(times[peer, config], times[s, config], strict=True)]
                     )
                     for peer in reference
                 }

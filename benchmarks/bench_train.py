@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import common  # noqa: E402
+import common
 
 SYSTEMS = ("aiayn", "hf", "torch-nn")
 LABELS = {"aiayn": "aiayn", "hf": "HF MarianMTModel", "torch-nn": "torch.nn.Transformer"}
@@ -190,9 +190,7 @@ def main() -> None:
         str(args.tgt_len),
     ]
     if args.worker:
-        return worker(
-            args.worker, args.size, args.threads, args.batch, args.src_len, args.tgt_len
-        )
+        return worker(args.worker, args.size, args.threads, args.batch, args.src_len, args.tgt_len)
     if args.quick:
         args.warmup, args.rounds = 2, 4
     systems = args.systems.split(",")
@@ -219,9 +217,7 @@ def main() -> None:
         for s in systems:
             seconds = common.median(times[s])
             vs = {
-                peer: common.median(
-                    [a / b for a, b in zip(times[peer], times[s], strict=True)]
-                )
+                peer: common.median([a / b for a, b in zip(times[peer], times[s], strict=True)])
                 for peer in ("hf", "torch-nn")
                 if peer in systems
             }

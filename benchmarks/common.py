@@ -8,6 +8,7 @@ shared machine absolute numbers drift, ratios measured this way much less.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -131,7 +132,7 @@ class Worker:
     def __init__(self, script: str, system: str, args: list[str], threads: int) -> None:
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
         self.system = system
-        self.log = tempfile.TemporaryFile(mode="w+")
+        self.log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (lives as long as the worker)
         self.process = subprocess.Popen(
             [sys.executable, script, "--worker", system, *args],
             stdin=subprocess.PIPE,
@@ -192,10 +193,8 @@ def machine() -> str:
 def versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for name in ("torch", "transformers", "ctranslate2"):
-        try:
+        with contextlib.suppress(ImportError):
             out[name] = __import__(name).__version__
-        except ImportError:
-            pass
     return out
 
 
