@@ -57,6 +57,8 @@ def attend(
             f"query heads ({n_heads}) must be a multiple of key/value heads ({n_kv_heads})"
         )
     t_len, s_len = q.size(-2), k.size(-2)
+    if causal and t_len == 1:
+        causal = False  # one query, the newest position: it may attend every key
     if causal and (mask is not None or t_len != s_len):
         # SDPA's is_causal aligns to the top-left; with a cache we need bottom-right.
         causal_part = causal_mask(t_len, s_len, device=q.device)
@@ -98,24 +100,83 @@ def attend(
     return out, weights
 
 
-@dataclass
 class LayerKV:
     """Keys and values of one attention sub-layer, kept across decoding steps.
 
     A `static` store (encoder-decoder attention) is filled once from the encoder
     output; a growing store (decoder self-attention) gets each step's keys and
-    values appended.
+    values appended with `append`.
+
+    `key` and `value` are (B, Hkv, L, D) tensors. A growing store keeps them as
+    views of time-major (capacity, B, Hkv, D) buffers with room to grow, so that a
+    step writes only its own keys and values instead of copying the whole prefix
+    (torch.cat would make decoding quadratic in copies), and `reorder` copies the
+    prefix once, into a second buffer, instead of twice. Assigning `key` and
+    `value` directly is allowed; the buffers are then rebuilt on the next append.
     """
 
-    static: bool
-    key: Tensor | None = None  # (B, Hkv, L, Dk)
-    value: Tensor | None = None  # (B, Hkv, L, Dv)
+    def __init__(self, static: bool, key: Tensor | None = None, value: Tensor | None = None):
+        self.static = static
+        self.key, self.value = key, value
+        self._buffers: list[Tensor] | None = None  # key, value, spare key, spare value
+        self._view: Tensor | None = None  # the `key` the buffers back; another means stale
+
+    def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """Store (B, Hkv, t, D) new keys and values after the prefix; return the whole.
+
+        Returns:
+            (B, Hkv, L + t, Dk) keys and (B, Hkv, L + t, Dv) values, views of the store.
+        """
+        length = 0 if self.key is None else self.key.size(2)
+        end = length + key.size(2)
+        if not self._backed() or end > self._buffers[0].size(0):
+            self._allocate(key, value, capacity=max(2 * end, 16))
+        key_buffer, value_buffer = self._buffers[:2]
+        key_buffer[length:end] = key.permute(2, 0, 1, 3)  # (t, B, Hkv, Dk)
+        value_buffer[length:end] = value.permute(2, 0, 1, 3)
+        self._set_views(end)
+        return self.key, self.value
 
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows `index` (beam search: follow each hypothesis's parent)."""
-        if self.key is not None:
+        if self.key is None:
+            return
+        if not self._backed():
             self.key = self.key.index_select(0, index)
             self.value = self.value.index_select(0, index)
+            self._buffers = None
+            return
+        length = self.key.size(2)
+        key_buffer, value_buffer, spare_key, spare_value = self._buffers
+        if spare_key.size(1) != index.numel():  # the batch shrinks: new buffers
+            shape = (spare_key.size(0), index.numel())
+            spare_key = key_buffer.new_empty(shape + key_buffer.shape[2:])
+            spare_value = value_buffer.new_empty(shape + value_buffer.shape[2:])
+        torch.index_select(key_buffer[:length], 1, index, out=spare_key[:length])
+        torch.index_select(value_buffer[:length], 1, index, out=spare_value[:length])
+        self._buffers = [spare_key, spare_value, key_buffer, value_buffer]
+        self._set_views(length)
+
+    def _backed(self) -> bool:
+        return self._buffers is not None and self.key is self._view
+
+    def _allocate(self, key: Tensor, value: Tensor, capacity: int) -> None:
+        batch, heads = key.size(0), key.size(1)
+        buffers = [
+            key.new_empty(capacity, batch, heads, key.size(-1)),
+            value.new_empty(capacity, batch, heads, value.size(-1)),
+        ]
+        buffers += [torch.empty_like(b) for b in buffers]
+        if self.key is not None:  # the prefix so far
+            length = self.key.size(2)
+            buffers[0][:length] = self.key.permute(2, 0, 1, 3)
+            buffers[1][:length] = self.value.permute(2, 0, 1, 3)
+        self._buffers = buffers
+
+    def _set_views(self, length: int) -> None:
+        self.key = self._buffers[0][:length].permute(1, 2, 0, 3)  # (B, Hkv, L, Dk)
+        self.value = self._buffers[1][:length].permute(1, 2, 0, 3)
+        self._view = self.key
 
 
 @dataclass
@@ -182,6 +243,32 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, n_kv_heads * d_k, bias=bias)
         self.v_proj = nn.Linear(d_model, n_kv_heads * d_v, bias=bias)
         self.out_proj = nn.Linear(n_heads * d_v, d_model, bias=bias)  # W^O: (h d_v) x d_model
+        self._fused: tuple | None = None  # (weights' stamp, W^QKV, b^QKV); see _qkv_weights
+
+    def _qkv_weights(self) -> tuple[Tensor, Tensor | None]:
+        """W^Q, W^K and W^V (and their biases) stacked: self-attention projects in one matmul.
+
+        The parameters stay separate (checkpoints name them q_proj, k_proj, v_proj).
+        While autograd records, they are concatenated at every call (the gradient
+        flows back through the concatenation); otherwise once, and again only when
+        a parameter changes: its storage or its version counter (bumped by every
+        in-place update: optimizer steps, load_state_dict).
+        """
+        linears = (self.q_proj, self.k_proj, self.v_proj)
+        params = [p for linear in linears for p in (linear.weight, linear.bias) if p is not None]
+
+        def stack() -> tuple[Tensor, Tensor | None]:
+            weight = torch.cat([linear.weight for linear in linears])
+            if linears[0].bias is None:
+                return weight, None
+            return weight, torch.cat([linear.bias for linear in linears])
+
+        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
+            return stack()
+        stamp = tuple((p.data_ptr(), p._version) for p in params)
+        if self._fused is None or self._fused[0] != stamp:
+            self._fused = (stamp, *stack())
+        return self._fused[1], self._fused[2]
 
     def _split_heads(self, x: Tensor, n_heads: int) -> Tensor:
         batch, length, _ = x.shape
@@ -211,17 +298,26 @@ class MultiHeadAttention(nn.Module):
             (B, T, D) output and the weights or None.
         """
         batch, t_len, _ = query.shape
-        q = self._split_heads(self.q_proj(query), self.n_heads)  # (B, H, T, Dk)
-        if cache is not None and cache.static and cache.key is not None:
+        static_hit = cache is not None and cache.static and cache.key is not None
+        if source is query and not static_hit:  # self-attention: one matmul for Q, K, V
+            sizes = [self.n_heads * self.d_k, self.n_kv_heads * self.d_k]
+            sizes.append(self.n_kv_heads * self.d_v)
+            q, k, v = F.linear(query, *self._qkv_weights()).split(sizes, dim=-1)
+            q = self._split_heads(q, self.n_heads)  # (B, H, T, Dk)
+            k = self._split_heads(k, self.n_kv_heads)  # (B, Hkv, T, Dk)
+            v = self._split_heads(v, self.n_kv_heads)  # (B, Hkv, T, Dv)
+        else:
+            q = self._split_heads(self.q_proj(query), self.n_heads)  # (B, H, T, Dk)
+        if static_hit:
             k, v = cache.key, cache.value
         else:
-            k = self._split_heads(self.k_proj(source), self.n_kv_heads)  # (B, Hkv, S, Dk)
-            v = self._split_heads(self.v_proj(source), self.n_kv_heads)  # (B, Hkv, S, Dv)
-            if cache is not None:
-                if not cache.static and cache.key is not None:
-                    k = torch.cat([cache.key, k], dim=2)
-                    v = torch.cat([cache.value, v], dim=2)
+            if source is not query:
+                k = self._split_heads(self.k_proj(source), self.n_kv_heads)  # (B, Hkv, S, Dk)
+                v = self._split_heads(self.v_proj(source), self.n_kv_heads)  # (B, Hkv, S, Dv)
+            if cache is not None and cache.static:
                 cache.key, cache.value = k, v
+            elif cache is not None:
+                k, v = cache.append(k, v)
         dropout_p = self.dropout if self.training else 0.0
         out, weights = attend(q, k, v, mask, causal, dropout_p, need_weights)
         out = out.transpose(1, 2).reshape(batch, t_len, self.n_heads * self.d_v)  # (B, T, H Dv)
