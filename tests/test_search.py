@@ -81,8 +81,9 @@ class TableModel:
             cross.key = cross.value = encoded.hidden[:, None]  # (R, 1, S, 1) source ids
         logits = torch.full((tgt.size(0), 1, self.cfg.vocab_size), NEVER, dtype=torch.float64)
         sources = cross.key[:, 0, 0, 0].long().tolist()
+        group = tgt.size(0) // len(sources)  # beam search: K rows share a sentence's source
         for row, prefix in enumerate(store.key[:, 0, :, 0].long().tolist()):
-            table = self.by_source.get(sources[row], self.table)
+            table = self.by_source.get(sources[row // group], self.table)
             for token, p in table.get(tuple(prefix[1:]), {EOS: 1.0}).items():
                 logits[row, 0, token] = math.log(p)
         return logits

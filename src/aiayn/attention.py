@@ -288,7 +288,9 @@ class MultiHeadAttention(nn.Module):
         Args:
             query: (B, T, D).
             source: (B, S, D) the keys and values come from; ignored when a static
-                `cache` is already filled.
+                `cache` is already filled. It may have fewer rows, B / G, each
+                shared by G consecutive query rows (beam search's beams; the
+                keys and values are then computed once per source row).
             mask: bool, broadcastable to (B, H, T, S); True = may attend.
             causal: causal self-attention (the decoder's).
             cache: this sub-layer's store for incremental decoding.
@@ -319,6 +321,47 @@ class MultiHeadAttention(nn.Module):
             elif cache is not None:
                 k, v = cache.append(k, v)
         dropout_p = self.dropout if self.training else 0.0
-        out, weights = attend(q, k, v, mask, causal, dropout_p, need_weights)
+        if k.size(0) == batch:
+            out, weights = attend(q, k, v, mask, causal, dropout_p, need_weights)
+        else:
+            out, weights = self._attend_shared_source(
+                q, k, v, mask, causal, dropout_p, need_weights
+            )
         out = out.transpose(1, 2).reshape(batch, t_len, self.n_heads * self.d_v)  # (B, T, H Dv)
         return self.out_proj(out), weights
+
+    def _attend_shared_source(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None,
+        causal: bool,
+        dropout_p: float,
+        need_weights: bool,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attention where each group of G consecutive query rows shares one source row.
+
+        Beam search's K hypotheses of a sentence attend the same encoder output:
+        instead of copying its keys and values K times, the K rows' queries become
+        K times more queries of the one row (the same result, one matmul per row).
+        q: (B, H, T, Dk); k, v: (B / G, Hkv, S, D); mask broadcastable to (B / G, 1, 1, S).
+        """
+        batch, heads, t_len, _ = q.shape
+        rows = k.size(0)
+        if causal or batch % rows != 0 or (mask is not None and mask.size(-2) != 1):
+            raise ValueError(
+                f"{batch} query rows cannot share {rows} source rows (causal={causal}, "
+                f"mask {None if mask is None else tuple(mask.shape)}): only a key mask "
+                "over a source shared by equal groups of consecutive rows"
+            )
+        group = batch // rows
+        q = q.view(rows, group, heads, t_len, -1).transpose(1, 2)  # (B/G, H, G, T, Dk)
+        q = q.reshape(rows, heads, group * t_len, -1)
+        out, weights = attend(q, k, v, mask, False, dropout_p, need_weights)
+
+        def unfold(x: Tensor) -> Tensor:  # (B/G, H, G T, X) -> (B, H, T, X)
+            x = x.view(rows, heads, group, t_len, -1).transpose(1, 2)
+            return x.reshape(batch, heads, t_len, -1)
+
+        return unfold(out), None if weights is None else unfold(weights)

@@ -251,7 +251,8 @@ class Transformer(nn.Module):
 
         Args:
             tgt: (B, T) target ids; with a `cache`, only the positions not yet decoded.
-            encoded: from `encode` (rows matching `tgt`'s batch).
+            encoded: from `encode`: one row per row of `tgt`, or one per group of G
+                consecutive rows of `tgt` that share a source (beam search's beams).
             cache: from `new_cache()`; filled and extended in place.
 
         Returns:

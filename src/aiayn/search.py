@@ -39,7 +39,12 @@ NEG_INF = float("-inf")
 
 
 class Decodable(Protocol):
-    """What the search needs of a model (`aiayn.Transformer` is one)."""
+    """What the search needs of a model (`aiayn.Transformer` is one).
+
+    `decode` gets one row of `encoded` per row of `tgt`, or, in beam search, one
+    per sentence, shared by its K consecutive hypothesis rows (and the cache's
+    cross-attention store likewise holds one row per sentence).
+    """
 
     cfg: ModelConfig
 
@@ -332,9 +337,8 @@ def beam_search(
     max_out = max_output_lengths(encoded.real_tokens, extra_len, cfg.max_len)  # (B,)
     longest = int(max_out.max())
     limits = set(max_out.tolist())  # steps at which some sentence may only end
-    row_of = torch.arange(k, device=device)  # beam offsets inside a sentence's rows
     dtype = _score_dtype(encoded)
-    encoded = encoded.index_select(torch.arange(batch, device=device).repeat_interleave(k))
+    # One encoder row per sentence serves its K consecutive beam rows (see `Decodable`).
     cache = model.new_cache()
 
     # Live hypotheses: tokens[n, j, t] is token t of beam j (column 0 is bos).
@@ -407,12 +411,11 @@ def beam_search(
         keep = (~done).nonzero().squeeze(1)
         if keep.numel() == 0:
             break
-        sentence_rows = (keep[:, None] * k + row_of).view(-1)
         for store in cache.self_attention:
             store.reorder(parent_rows.view(n_live, k)[keep].view(-1))
         for store in cache.cross_attention:
-            store.reorder(sentence_rows)
-        encoded = encoded.index_select(sentence_rows)
+            store.reorder(keep)
+        encoded = encoded.index_select(keep)
         tokens, scores, sentence = tokens[keep], scores[keep], sentence[keep]
         fin_tokens, fin_scores, fin_log_probs = (
             fin_tokens[keep],
