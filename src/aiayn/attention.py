@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from aiayn.linear import Derived, Linear, affine, uses_autograd
 from aiayn.masks import causal_mask
 
 
@@ -239,36 +240,29 @@ class MultiHeadAttention(nn.Module):
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
         self.d_k, self.d_v = d_k, d_v
         self.dropout = dropout
-        self.q_proj = nn.Linear(d_model, n_heads * d_k, bias=bias)
-        self.k_proj = nn.Linear(d_model, n_kv_heads * d_k, bias=bias)
-        self.v_proj = nn.Linear(d_model, n_kv_heads * d_v, bias=bias)
-        self.out_proj = nn.Linear(n_heads * d_v, d_model, bias=bias)  # W^O: (h d_v) x d_model
-        self._fused: tuple | None = None  # (weights' stamp, W^QKV, b^QKV); see _qkv_weights
+        self.q_proj = Linear(d_model, n_heads * d_k, bias=bias)
+        self.k_proj = Linear(d_model, n_kv_heads * d_k, bias=bias)
+        self.v_proj = Linear(d_model, n_kv_heads * d_v, bias=bias)
+        self.out_proj = Linear(n_heads * d_v, d_model, bias=bias)  # W^O: (h d_v) x d_model
+        self._qkv_weight, self._qkv_bias = Derived(), Derived()
 
-    def _qkv_weights(self) -> tuple[Tensor, Tensor | None]:
-        """W^Q, W^K and W^V (and their biases) stacked: self-attention projects in one matmul.
+    def _project_qkv(self, x: Tensor) -> Tensor:
+        """x [W^Q W^K W^V]^T + [b^Q b^K b^V]: self-attention's three projections in one matmul.
 
         The parameters stay separate (checkpoints name them q_proj, k_proj, v_proj).
-        While autograd records, they are concatenated at every call (the gradient
-        flows back through the concatenation); otherwise once, and again only when
-        a parameter changes: its storage or its version counter (bumped by every
-        in-place update: optimizer steps, load_state_dict).
+        While autograd records they are concatenated at every call (the gradient
+        flows back through the concatenation); otherwise once (see `aiayn.linear`).
         """
         linears = (self.q_proj, self.k_proj, self.v_proj)
-        params = [p for linear in linears for p in (linear.weight, linear.bias) if p is not None]
-
-        def stack() -> tuple[Tensor, Tensor | None]:
-            weight = torch.cat([linear.weight for linear in linears])
-            if linears[0].bias is None:
-                return weight, None
-            return weight, torch.cat([linear.bias for linear in linears])
-
-        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
-            return stack()
-        stamp = tuple((p.data_ptr(), p._version) for p in params)
-        if self._fused is None or self._fused[0] != stamp:
-            self._fused = (stamp, *stack())
-        return self._fused[1], self._fused[2]
+        weights = [linear.weight for linear in linears]
+        biases = [linear.bias for linear in linears if linear.bias is not None]
+        if uses_autograd(x, *weights, *biases):
+            return F.linear(x, torch.cat(weights), torch.cat(biases) if biases else None)
+        bias = self._qkv_bias.get(biases, lambda: torch.cat(biases)) if biases else None
+        if x.device.type == "cpu":  # W^T, stored (in, out): see aiayn.linear
+            weight_t = self._qkv_weight.get(weights, lambda: torch.cat(weights).t().contiguous())
+            return affine(x, weight_t, bias)
+        return F.linear(x, self._qkv_weight.get(weights, lambda: torch.cat(weights)), bias)
 
     def _split_heads(self, x: Tensor, n_heads: int) -> Tensor:
         batch, length, _ = x.shape
@@ -304,7 +298,7 @@ class MultiHeadAttention(nn.Module):
         if source is query and not static_hit:  # self-attention: one matmul for Q, K, V
             sizes = [self.n_heads * self.d_k, self.n_kv_heads * self.d_k]
             sizes.append(self.n_kv_heads * self.d_v)
-            q, k, v = F.linear(query, *self._qkv_weights()).split(sizes, dim=-1)
+            q, k, v = self._project_qkv(query).split(sizes, dim=-1)
             q = self._split_heads(q, self.n_heads)  # (B, H, T, Dk)
             k = self._split_heads(k, self.n_kv_heads)  # (B, Hkv, T, Dk)
             v = self._split_heads(v, self.n_kv_heads)  # (B, Hkv, T, Dv)

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from aiayn.attention import LayerKV, MultiHeadAttention
 from aiayn.config import Activation
+from aiayn.linear import Linear
 
 _ACTIVATIONS: dict[Activation, Callable[[Tensor], Tensor]] = {
     Activation.RELU: F.relu,
@@ -29,8 +30,8 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, activation: Activation = Activation.RELU) -> None:
         super().__init__()
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.linear2 = nn.Linear(d_ff, d_model)
+        self.linear1 = Linear(d_model, d_ff)
+        self.linear2 = Linear(d_ff, d_model)
         self.activation = _ACTIVATIONS[Activation(activation)]
 
     def forward(self, x: Tensor) -> Tensor:

@@ -17,12 +17,12 @@ import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.attention import KVCache, MultiHeadAttention
 from aiayn.config import ModelConfig, Positional
 from aiayn.layers import DecoderLayer, EncoderLayer, FeedForward
+from aiayn.linear import Derived, Linear, transposed_linear
 from aiayn.masks import key_mask, padding_mask
 from aiayn.positional import LearnedPositions, SinusoidalPositions
 
@@ -198,9 +198,10 @@ class Transformer(nn.Module):
         self.encoder = Encoder(cfg, src_tokens)
         self.decoder = Decoder(cfg, tgt_tokens)
         self.output_proj = (
-            None if cfg.tie_output else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+            None if cfg.tie_output else Linear(cfg.d_model, cfg.vocab_size, bias=False)
         )
         self.output_bias = nn.Parameter(torch.zeros(cfg.vocab_size)) if cfg.output_bias else None
+        self._output_weight_t = Derived()  # the (D, V) transpose, for CPU inference
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -270,7 +271,7 @@ class Transformer(nn.Module):
             if self.output_proj is None
             else self.output_proj.weight
         )
-        return F.linear(hidden, weight, self.output_bias)
+        return transposed_linear(hidden, weight, self.output_bias, self._output_weight_t)
 
     def new_cache(self) -> KVCache:
         """An empty key/value cache for incremental decoding."""
