@@ -95,6 +95,19 @@ def _final_norm(cfg: ModelConfig) -> nn.Module:
     return nn.Identity()
 
 
+def _source_mask(real_tokens: Tensor) -> Tensor | None:
+    """The (B, 1, 1, S) key mask over the source, or None when no position is padding.
+
+    Without a mask attention takes SDPA's unmasked kernel and skips its guard for
+    fully padded rows: a batch of equal-length sentences (as after length
+    bucketing) decodes faster. Checked on the CPU only, where reading the mask
+    costs nothing; on an accelerator it would wait for the device.
+    """
+    if real_tokens.device.type == "cpu" and bool(real_tokens.all()):
+        return None
+    return key_mask(real_tokens)
+
+
 class Encoder(nn.Module):
     """N identical layers of self-attention and feed-forward over the embedded source."""
 
@@ -119,7 +132,7 @@ class Encoder(nn.Module):
     ) -> tuple[Tensor, list[Tensor]]:
         """src: (B, S) ids; real_tokens: (B, S) bool. Returns (B, S, D) and per-layer weights."""
         x = self.embedding(src)
-        mask = key_mask(real_tokens)  # (B, 1, 1, S)
+        mask = _source_mask(real_tokens)  # (B, 1, 1, S) or None
         all_weights = []
         for layer in self.layers:
             x, weights = layer(x, mask, need_weights)
@@ -162,7 +175,7 @@ class Decoder(nn.Module):
         """
         offset = 0 if cache is None else cache.length
         x = self.embedding(tgt, offset)
-        memory_mask = key_mask(encoded.real_tokens)  # (B, 1, 1, S)
+        memory_mask = _source_mask(encoded.real_tokens)  # (B, 1, 1, S) or None
         self_maps, cross_maps = [], []
         for i, layer in enumerate(self.layers):
             self_cache = None if cache is None else cache.self_attention[i]
