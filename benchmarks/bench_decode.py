@@ -10,7 +10,8 @@ per sentence (eos is forbidden until the last step), greedy and beam 4, with the
 same number of threads. Metric: target tokens/s = batch x 30 / wall time of one
 call, the encoder included. Systems take turns call by call (see `common`); the
 tables show medians and the median of the per-round ratios. Batch-1 rows give the
-latency of one sentence.
+latency of one sentence. "aiayn, 1-thread steps" runs the encoder with the same
+threads and each decoding step with one (`aiayn.threads.StepThreads`).
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
 
-SYSTEMS = ("aiayn", "hf", "ct2-fp32", "ct2-int8")
+SYSTEMS = ("aiayn", "aiayn-steps1", "hf", "ct2-fp32", "ct2-int8")
 LABELS = {
     "aiayn": "aiayn",
+    "aiayn-steps1": "aiayn, 1-thread steps",
     "hf": "HF generate",
     "ct2-fp32": "CTranslate2 fp32",
     "ct2-int8": "CTranslate2 int8",
@@ -54,14 +56,18 @@ class FixedLength:
         return logits
 
 
-def aiayn_runner(directory: Path, threads: int):
+def aiayn_runner(directory: Path, threads: int, step_threads: int | None):
+    """aiayn's searches; with `step_threads`, the decoding steps use that many threads."""
     import torch
 
     from aiayn.marian import load_marian_model
     from aiayn.search import beam_search, greedy_search
+    from aiayn.threads import StepThreads
 
     common.set_threads(threads)
     model = load_marian_model(directory)
+    if step_threads is not None:
+        model = StepThreads(model, step_threads)
 
     def run(src: list[list[int]], beam: int, tgt_len: int) -> list[list[int]]:
         ids = torch.tensor(src)
@@ -139,8 +145,9 @@ def ct2_runner(directory: Path, threads: int, quantization: str):
 
 
 def worker(system: str, workdir: Path, size: str, threads: int) -> None:
-    if system == "aiayn":
-        run = aiayn_runner(workdir / f"marian-{size}", threads)
+    if system.startswith("aiayn"):
+        step_threads = 1 if system == "aiayn-steps1" else None
+        run = aiayn_runner(workdir / f"marian-{size}", threads, step_threads)
     elif system == "hf":
         run = hf_runner(workdir / f"marian-{size}", threads)
     else:
@@ -258,7 +265,7 @@ def main() -> None:
             for s in systems:
                 seconds = common.median(times[s, config])
                 same = None
-                if s != "aiayn" and "aiayn" in systems:
+                if not s.startswith("aiayn") and "aiayn" in systems:
                     same = agreement(
                         outputs["aiayn", beam, batch], outputs[s, beam, batch], args.tgt_len - 1
                     )
