@@ -31,11 +31,11 @@ def peak_cpu_bytes(fn) -> int:
         fn()
     live, peak = 0, 0
     events = sorted(
-        (e for e in prof.events() if e.cpu_memory_usage),
+        (e for e in prof.events() if e.self_cpu_memory_usage),
         key=lambda e: e.time_range.start,
     )
     for event in events:
-        live += event.cpu_memory_usage
+        live += event.self_cpu_memory_usage
         peak = max(peak, live)
     return peak
 
@@ -86,7 +86,7 @@ def main() -> None:
     parser.add_argument("--lengths", default="128,256,512,1024,2048,4096,8192")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--max-gib", type=float, default=4.0, help="skip bigger explicit runs")
+    parser.add_argument("--max-gib", type=float, default=2.0, help="skip bigger explicit runs")
     parser.add_argument("--quick", action="store_true", help="lengths up to 2048, 3 repeats")
     args = parser.parse_args()
     lengths = [int(n) for n in args.lengths.split(",")]
