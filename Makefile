@@ -51,9 +51,9 @@ format: install
 test: install lint sword
 	$(BIN)/python -m pytest -n 2 -q
 
-# Speed against the peers (README, "Speed"); about 15 minutes on 2 cores, QUICK=1 for ~5.
+# Speed against the peers (README, "Speed"); QUICK=1 for fewer rounds.
 bench: install
-	$(BIN)/pip install --quiet -e ".[test,hf,bench]"
+	$(BIN)/pip install --quiet -e ".[test,hf,bench]" "$(TORCH)"  # torch stays pinned
 	PYTHONPATH=src $(BIN)/python benchmarks/bench_decode.py $(if $(QUICK),--quick)
 	PYTHONPATH=src $(BIN)/python benchmarks/bench_train.py $(if $(QUICK),--quick)
 	PYTHONPATH=src $(BIN)/python benchmarks/bench_attention.py $(if $(QUICK),--quick)
