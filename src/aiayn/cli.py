@@ -267,13 +267,19 @@ def translate(
     output: Annotated[
         Path | None, typer.Option("-o", "--output", help="Output file (default stdout).")
     ] = None,
-    beam: BeamOpt = 4,
-    alpha: AlphaOpt = 0.6,
+    beam: Annotated[
+        int | None, typer.Option(help="Beam width, 1 = greedy (default: the model's, or 4).")
+    ] = None,
+    alpha: Annotated[
+        float | None, typer.Option(help="Length penalty exponent (default: the model's, or 0.6).")
+    ] = None,
     nbest: Annotated[
         int,
         typer.Option(help="With N > 1, write N candidates per line as 'i ||| text ||| score'."),
     ] = 1,
-    extra_len: Annotated[int, typer.Option(help="Output may exceed the source by this.")] = 50,
+    extra_len: Annotated[
+        int | None, typer.Option(help="Output may exceed the source by this (default: 50).")
+    ] = None,
     sample: Annotated[bool, typer.Option("--sample", help="Sample instead of searching.")] = False,
     temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
     top_k: Annotated[int | None, typer.Option(help="Sample among the k likeliest.")] = None,
@@ -284,27 +290,29 @@ def translate(
     dtype: PrecisionOpt = Precision.FLOAT32,
     tokenizer: TokenizerOpt = None,
 ) -> None:
-    """Translate stdin or a file, one sentence per line, keeping order and empty lines."""
+    """Translate stdin or a file, one sentence per line, keeping order and empty lines.
+
+    Search settings not given are the model's: the paper's (section 6) for our own
+    runs, the config's for a converted Marian model (see `aiayn convert marian`).
+    """
     import sys
 
-    from aiayn.search import DecodeConfig
     from aiayn.translate import decode_lines, read_lines
 
     _warnings_to_stderr()
+    given = {"beam": beam, "alpha": alpha, "extra_len": extra_len}
     try:
-        config = DecodeConfig(
-            beam=beam,
-            alpha=alpha,
+        lines = read_lines(input) if input else list(decode_lines(sys.stdin.buffer, "<stdin>"))
+        translator = _load_translator(run, device, tokenizer, dtype)
+        config = translator.decode_config(
             nbest=nbest,
-            extra_len=extra_len,
             sampling=sample,
             temperature=temperature,
             top_k=top_k,
             top_p=top_p,
             seed=seed,
+            **{name: value for name, value in given.items() if value is not None},
         )
-        lines = read_lines(input) if input else list(decode_lines(sys.stdin.buffer, "<stdin>"))
-        translator = _load_translator(run, device, tokenizer, dtype)
         results = translator.translate_nbest(lines, config, max_tokens, progress=output is not None)
     except (FileNotFoundError, ValueError) as err:
         raise _fail(err) from None
@@ -390,6 +398,37 @@ def attention(
         raise _fail(err) from None
     for path in paths.values():
         typer.echo(str(path))
+
+
+# ----- conversion: convert marian ----------------------------------------------
+
+convert_app = typer.Typer(
+    help="Turn checkpoints of other toolkits into aiayn directories.", no_args_is_help=True
+)
+app.add_typer(convert_app, name="convert")
+
+
+@convert_app.command("marian")
+def convert_marian_command(
+    path: Annotated[
+        Path, typer.Argument(help="A Marian / opus-mt directory as transformers saves it.")
+    ],
+    out: Annotated[Path, typer.Argument(help="The aiayn directory to write.")],
+) -> None:
+    """Convert a local Marian / opus-mt model; then `aiayn translate OUT` runs it.
+
+    OUT gets model.safetensors, source.spm, target.spm, vocab.json and marian.json
+    (the generation settings: beam, length penalty, max length, bad words).
+    Nothing is downloaded and transformers is not needed.
+    """
+    from aiayn.marian import convert_marian
+
+    _warnings_to_stderr()
+    try:
+        weights = convert_marian(path, out)
+    except (FileNotFoundError, ValueError) as err:
+        raise _fail(err) from None
+    typer.echo(f"wrote {weights}; translate with: aiayn translate {out}")
 
 
 if __name__ == "__main__":
