@@ -92,6 +92,7 @@ _GENERATION_REFUSED_UNLESS: dict[str, tuple[Any, ...]] = {
     "force_words_ids": (None, []),
 }
 
+_WORD_BOUNDARY = "\u2581"  # sentencepiece's word-start mark
 CONVERTED_FILE = "marian.json"  # marks a converted directory; holds the generation settings
 TOKENIZATION_FILES = ("source.spm", "target.spm", "vocab.json")
 
@@ -306,9 +307,14 @@ class MarianTokenizer:
         return [self.encode(text) for text in texts]
 
     def decode(self, ids: Sequence[int]) -> str:
-        specials = {self.pad_id, self.eos_id}
-        pieces = [self.id_to_piece.get(i, "<unk>") for i in ids if i not in specials]
-        return self.target.DecodePieces(pieces)
+        """Target text, as `transformers`' `decode(ids, skip_special_tokens=True)`.
+
+        Special tokens (pad, eos, unk) are dropped; a piece the target model lacks
+        keeps its text, its word-boundary marks turned into spaces.
+        """
+        specials = {self.pad_id, self.eos_id, self.unk_id}
+        pieces = [self.id_to_piece[i] for i in ids if i not in specials and i in self.id_to_piece]
+        return self.target.DecodePieces(pieces).replace(_WORD_BOUNDARY, " ").strip()
 
 
 @dataclass(frozen=True)
