@@ -317,6 +317,7 @@ def test_translator_from_marian_uses_the_directory_defaults(marian):
     assert translator.translate([*GENERATION_TEXTS, ""]) == [*expected, ""]
 
 
+@pytest.mark.parametrize("marian", ["gelu-3x1-untied"], indirect=True)  # a subprocess: slow
 def test_convert_then_translate_from_the_command_line(marian, tmp_path):
     path, reference, hf_tokenizer = marian
     out = tmp_path / "converted"

@@ -637,8 +637,15 @@ class DecodeConfig:
             raise ValueError(f"DecodeConfig.max_output_len must be >= 1, got {self.max_output_len}")
         check_sampling(self.temperature, self.top_k, self.top_p)
         # Accept the enums' values as strings (from JSON or a command line).
-        object.__setattr__(self, "length_penalty", LengthPenalty(self.length_penalty))
-        object.__setattr__(self, "early_stopping", EarlyStopping(self.early_stopping))
+        for name, kind in (("length_penalty", LengthPenalty), ("early_stopping", EarlyStopping)):
+            value = getattr(self, name)
+            try:
+                object.__setattr__(self, name, kind(value))
+            except ValueError:
+                choices = ", ".join(member.value for member in kind)
+                raise ValueError(
+                    f"DecodeConfig.{name} must be one of {choices}, got {value!r}"
+                ) from None
         object.__setattr__(self, "banned_ids", tuple(int(i) for i in self.banned_ids))
 
     @property
