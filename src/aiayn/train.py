@@ -239,8 +239,8 @@ class Trainer:
                     self.save()
                     last_save = time.monotonic()
                 window.started += time.monotonic() - paused
-        bar.close()
-        self._finish(stopped, start_step)
+            bar.close()
+            self._finish(stopped, start_step)
         return self.result(stopped)
 
     def _limit_reached(self, since_save: float, start_step: int) -> str | None:
