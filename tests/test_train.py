@@ -213,13 +213,17 @@ def test_recipe_overrides_unknown_keys_and_corpus_paths(tmp_path, monkeypatch, c
 def test_resuming_with_another_recipe_is_refused(corpus, tmp_path):
     base = [f"data.corpus={corpus}", *quiet(max_steps=1)]
     train_from_recipe(RECIPE, tmp_path / "run", base, progress=False)
-    with pytest.raises(ValueError, match=r"model\.d_model, train\.lr_scale"):
+    with pytest.raises(ValueError, match=r"model\.d_model, model\.d_v, train\.lr_scale"):
         train_from_recipe(
             RECIPE,
             tmp_path / "run",
             [*base, "model.d_model=16", "train.lr_scale=9"],
             progress=False,
         )
+    result = train_from_recipe(
+        RECIPE, tmp_path / "run", [*base, "train.max_steps=2"], progress=False
+    )
+    assert result.steps == 2  # limits may change
 
 
 runner = CliRunner()
