@@ -191,14 +191,22 @@ def prepare_hf_command(
     context_settings={"allow_extra_args": False},
     epilog="Overrides: section.key=value, e.g. train.lr_scale=2 model.d_model=256 "
     "train.max_minutes=30 data.corpus=DIR. Run again with the same --run to resume; "
-    "several processes: torchrun --nproc_per_node N -m aiayn.cli train ...",
+    "several processes: torchrun --nproc_per_node N -m aiayn.cli train ... --run-dir DIR",
 )
 def train(
     config: Annotated[Path, typer.Argument(help="The YAML recipe (see configs/).")],
     overrides: Annotated[
         list[str] | None, typer.Argument(help="section.key=value overrides of the recipe.")
     ] = None,
-    run: Annotated[Path, typer.Option("--run", help="Run directory (resumed if it exists).")] = ...,
+    run: Annotated[
+        Path,
+        typer.Option(
+            "--run",
+            "--run-dir",
+            help="Run directory (resumed if it exists). Under torchrun write --run-dir: "
+            "torchrun reads --run as its own --run-path.",
+        ),
+    ] = ...,
     device: Annotated[
         str | None, typer.Option("--device", help="cpu, cuda, cuda:1 (default: cuda if available).")
     ] = None,
