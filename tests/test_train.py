@@ -251,3 +251,11 @@ def test_cli_train_then_average_end_to_end(corpus, tmp_path):
     assert "Traceback" not in result.output
     result = runner.invoke(app, ["train", str(RECIPE), "train.nope=1", "--run", str(run)])
     assert result.exit_code == 1 and "train.nope" in result.output
+
+
+@pytest.mark.parametrize("name", ["wmt14-en-de-base", "wmt14-en-de-big", "bible-en-es-cpu"])
+def test_shipped_recipes_load(name):
+    recipe = load_recipe(RECIPE.parent / f"{name}.yaml")
+    assert recipe.train.warmup in (1000, 4000) and recipe.train.label_smoothing == 0.1
+    cfg = recipe.model_config(8000, 0, 1, 2)
+    assert cfg.vocab_size == 8000
