@@ -187,6 +187,75 @@ def prepare_hf_command(
 # ----- training: train, average ----------------------------------------------
 
 
+@app.command(
+    context_settings={"allow_extra_args": False},
+    epilog="Overrides: section.key=value, e.g. train.lr_scale=2 model.d_model=256 "
+    "train.max_minutes=30 data.corpus=DIR. Run again with the same --run to resume; "
+    "several processes: torchrun --nproc_per_node N -m aiayn.cli train ... --run-dir DIR",
+)
+def train(
+    config: Annotated[Path, typer.Argument(help="The YAML recipe (see configs/).")],
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="section.key=value overrides of the recipe.")
+    ] = None,
+    run: Annotated[
+        Path,
+        typer.Option(
+            "--run",
+            "--run-dir",
+            help="Run directory (resumed if it exists). Under torchrun write --run-dir: "
+            "torchrun reads --run as its own --run-path.",
+        ),
+    ] = ...,
+    device: Annotated[
+        str | None, typer.Option("--device", help="cpu, cuda, cuda:1 (default: cuda if available).")
+    ] = None,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Train a Transformer from a recipe; checkpoints, metrics and logs go to --run."""
+    import logging
+
+    from aiayn.train import train_from_recipe
+
+    handler = logging.StreamHandler()
+    handler.setLevel(logging.WARNING)  # info lines go to RUN/train.log, not over the bar
+    handler.setFormatter(logging.Formatter("aiayn: %(levelname)s: %(message)s"))
+    logging.getLogger().addHandler(handler)
+    try:
+        result = train_from_recipe(config, run, overrides or [], device=device, progress=progress)
+    except (FileNotFoundError, ValueError) as err:
+        raise _fail(err) from None
+    finally:
+        logging.getLogger().removeHandler(handler)
+    valid = (
+        f"; valid loss {result.last_valid_loss:.4f}" if result.last_valid_loss is not None else ""
+    )
+    bleu = f", BLEU {result.last_valid_bleu:.2f}" if result.last_valid_bleu is not None else ""
+    typer.echo(
+        f"stopped ({result.stopped}) at update {result.steps}, epoch {result.epochs:.2f}, "
+        f"{result.train_minutes:.1f} training minutes{valid}{bleu}; run: {result.run_dir}"
+    )
+    if result.stopped == "non_finite":
+        raise _fail(ValueError("too many non-finite losses in a row; see RUN/train.log"))
+    if result.stopped == "signal":
+        raise typer.Exit(code=130)
+
+
+@app.command()
+def average(
+    run: Annotated[Path, typer.Argument(help="Run directory.")],
+    last: Annotated[int, typer.Option("--last", help="Average this many latest checkpoints.")] = 5,
+) -> None:
+    """Average the last K step checkpoints (section 6) into RUN/checkpoints/average-last-K."""
+    from aiayn.checkpoint import average_last
+
+    try:
+        path = average_last(run, last)
+    except (FileNotFoundError, ValueError) as err:
+        raise _fail(err) from None
+    typer.echo(f"wrote {path}")
+
+
 # ----- inference: translate, evaluate, attention -----------------------------
 
 
