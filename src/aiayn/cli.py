@@ -396,11 +396,30 @@ def translate(
     _write_lines(out, output)
 
 
+def _split_files(run: Path, split: str) -> tuple[Path, Path]:
+    """(source, reference) files of `split` in the corpus named by RUN/config.yaml."""
+    import yaml
+
+    from aiayn.data.corpus import PreparedCorpus
+
+    recipe = run / "config.yaml"
+    if not recipe.is_file():
+        raise FileNotFoundError(
+            f"--split needs a run directory with a config.yaml; {recipe} is missing "
+            "(give --src and --ref instead)"
+        )
+    corpus = (yaml.safe_load(recipe.read_text(encoding="utf-8")) or {}).get("data", {})
+    if "corpus" not in corpus:
+        raise ValueError(f"{recipe} names no data.corpus")
+    return PreparedCorpus.load(corpus["corpus"]).files(split)
+
+
 @app.command()
 def evaluate(
     run: RunArg,
     split: Annotated[
-        str | None, typer.Option(help="Score RUN/data/SPLIT.src against RUN/data/SPLIT.tgt.")
+        str | None,
+        typer.Option(help="Score a split (valid, test) of the corpus RUN was trained on."),
     ] = None,
     src: Annotated[Path | None, typer.Option(help="Source file (with --ref).")] = None,
     ref: Annotated[Path | None, typer.Option(help="Reference file (with --src).")] = None,
@@ -424,7 +443,7 @@ def evaluate(
         if (split is None) == (src is None and ref is None) or (src is None) != (ref is None):
             raise ValueError("give either --split NAME or both --src FILE and --ref FILE")
         if split is not None:
-            src, ref = run / "data" / f"{split}.src", run / "data" / f"{split}.tgt"
+            src, ref = _split_files(run, split)
         name = split or src.stem
         sources, references = read_lines(src), read_lines(ref)
         if len(sources) != len(references):
@@ -498,6 +517,61 @@ def convert_marian_command(
     except (FileNotFoundError, ValueError) as err:
         raise _fail(err) from None
     typer.echo(f"wrote {weights}; translate with: aiayn translate {out}")
+
+
+# ----- the main job: quickstart ------------------------------------------------
+
+
+@app.command()
+def quickstart(
+    out: Annotated[Path, typer.Option(help="Directory for everything it writes.")] = Path(
+        "quickstart"
+    ),
+    minutes: Annotated[
+        float, typer.Option(help="Training time in all; a second run resumes up to it.")
+    ] = 15.0,
+    device: Annotated[
+        str | None, typer.Option(help="cpu or cuda (default: cuda when available).")
+    ] = None,
+    recipe: Annotated[
+        Path | None,
+        typer.Option(help="Training recipe (default: configs/bible-en-es-{cpu,gpu}.yaml)."),
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Recipe override section.key=value (repeatable)."),
+    ] = None,
+    vocab_size: Annotated[
+        int | None, typer.Option(help="Shared subword vocabulary size (default: tuned).")
+    ] = None,
+    average: Annotated[int, typer.Option(help="Average the last K checkpoints.")] = 5,
+    test_pairs: Annotated[
+        int | None, typer.Option(help="Score only the first N test pairs (default: all).")
+    ] = None,
+    beam: BeamOpt = 4,
+    alpha: AlphaOpt = 0.6,
+) -> None:
+    """The demo: prepare the Bible (English -> Spanish), train, evaluate, translate, plot."""
+    from aiayn.data.bible import SwordModuleMissing
+    from aiayn.quickstart import QuickstartConfig, default_device, run_quickstart
+
+    _warnings_to_stderr()
+    try:
+        config = QuickstartConfig(
+            out=out,
+            minutes=minutes,
+            device=device or default_device(),
+            recipe=recipe,
+            overrides=tuple(set_ or ()),
+            **({"vocab_size": vocab_size} if vocab_size else {}),
+            average_last=average,
+            beam=beam,
+            alpha=alpha,
+            test_pairs=test_pairs,
+        )
+        run_quickstart(config, echo=typer.echo)
+    except (SwordModuleMissing, FileNotFoundError, ValueError) as err:
+        raise _fail(err) from None
 
 
 if __name__ == "__main__":
