@@ -38,7 +38,7 @@ sword:
 	fi
 
 demo: install
-	$(BIN)/aiayn demo
+	$(BIN)/aiayn quickstart
 
 lint: install
 	$(BIN)/ruff check $(CODE)

@@ -62,4 +62,4 @@ def test_cli_evaluate_writes_hypotheses_and_scores(tmp_path: Path) -> None:
     usage = CliRunner().invoke(app, ["evaluate", str(run), "--src", str(src)])
     assert usage.exit_code == 1 and "--split NAME or both --src" in usage.stderr
     missing = CliRunner().invoke(app, ["evaluate", str(run), "--split", "test"])
-    assert missing.exit_code == 1 and "input file not found" in missing.stderr
+    assert missing.exit_code == 1 and "config.yaml is missing" in missing.stderr

@@ -16,6 +16,8 @@ from aiayn.marian import (
     marian_generation,
     marian_model_config,
 )
+from aiayn.search import EarlyStopping, LengthPenalty, search
+from aiayn.translate import Translator
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
@@ -54,6 +56,7 @@ def build_marian_directory(path, shape, seed=0):
         max_position_embeddings=128,
         scale_embedding=True,
         dropout=0.0,
+        init_std=0.3,  # peaky enough that outputs depend on the source
         **shape,
     )
     torch.manual_seed(seed)
@@ -63,6 +66,7 @@ def build_marian_directory(path, shape, seed=0):
             if name.endswith("bias") or "layer_norm" in name:
                 p.add_(0.1 * torch.randn_like(p))
         model.final_logits_bias.normal_(std=0.5)
+        model.final_logits_bias[0, 0] += 1.0  # eos: some outputs end before max_length
     # opus-mt's generation settings (beam, length, the pad id banned)
     model.generation_config.num_beams = 4
     model.generation_config.max_length = 40
@@ -147,10 +151,10 @@ def test_tokenization_equals_transformers(marian):
     for text in [*TEXTS, "unseen zebra words", ">>deu<< the cat"]:
         expected = hf_tokenizer(text)["input_ids"]
         assert [*ours.encode(text), ours.eos_id] == expected
-    ids = ours.encode("the cat sat")
     assert ours.vocab_size == len(hf_tokenizer.get_vocab())
-    pieces = [ours.id_to_piece[i] for i in ids]
-    assert ours.target.DecodePieces(pieces) == ours.decode([*ids, ours.eos_id, ours.pad_id])
+    for text in ["the cat sat", "unseen zebra words", "der hund"]:
+        ids = [*ours.encode(text), ours.eos_id, ours.pad_id]
+        assert ours.decode(ids) == hf_tokenizer.decode(ids, skip_special_tokens=True)
 
 
 def test_config_maps_every_difference_explicitly(marian):
@@ -224,3 +228,154 @@ def test_conversion_does_not_import_transformers(marian):
         "assert 'transformers' not in sys.modules, 'transformers was imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ----- generation: the same tokens as transformers' generate -------------------
+
+GENERATION_TEXTS = [
+    *TEXTS,
+    "red house",
+    "the dog and the cat ran",
+    "small",
+    "quickly quickly under a big mat",
+]
+MAX_LENGTH = 20  # transformers' max_length, counting the decoder start token
+
+
+def hf_outputs(reference, hf_tokenizer, **generate):
+    """transformers' generated ids per sentence, without start token, eos and padding."""
+    batch = hf_tokenizer(GENERATION_TEXTS, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = reference.generate(**batch, do_sample=False, max_length=MAX_LENGTH, **generate)
+    pad, eos = reference.config.pad_token_id, reference.config.eos_token_id
+    rows = []
+    for row in out.tolist():
+        row = row[1:]
+        rows.append([i for i in row[: row.index(eos)] if i != pad] if eos in row else row)
+    return batch["input_ids"], rows
+
+
+def our_outputs(path, src, **overrides):
+    translator = Translator.from_marian(path, max_output_len=MAX_LENGTH - 1, **overrides)
+    return [hyps[0].tokens for hyps in search(translator.model, src, translator.decode)]
+
+
+def test_greedy_equals_transformers_token_for_token(marian):
+    path, reference, hf_tokenizer = marian
+    src, expected = hf_outputs(reference, hf_tokenizer, num_beams=1)
+    assert (src == reference.config.pad_token_id).any()  # a padded batch
+    assert len({tuple(row) for row in expected}) > 1  # outputs depend on the source
+    assert our_outputs(path, src, beam=1) == expected
+
+
+@pytest.mark.parametrize(
+    ("length_penalty", "early_stopping", "renormalize"),
+    [
+        (1.0, False, False),  # opus-mt's defaults
+        (0.6, False, False),
+        (2.0, False, False),
+        (1.0, True, False),
+        (0.6, "never", False),
+        (1.0, False, True),
+    ],
+)
+def test_beam_4_equals_transformers_token_for_token(
+    marian, length_penalty, early_stopping, renormalize
+):
+    path, reference, hf_tokenizer = marian
+    src, expected = hf_outputs(
+        reference,
+        hf_tokenizer,
+        num_beams=4,
+        length_penalty=length_penalty,
+        early_stopping=early_stopping,
+        renormalize_logits=renormalize,
+    )
+    stopping = {False: EarlyStopping.HEURISTIC, True: EarlyStopping.EXACT}
+    ours = our_outputs(
+        path,
+        src,
+        beam=4,
+        alpha=length_penalty,
+        early_stopping=stopping.get(early_stopping, EarlyStopping.NEVER),
+        renormalize=renormalize,
+    )
+    assert ours == expected
+
+
+def test_translator_from_marian_uses_the_directory_defaults(marian):
+    path, reference, hf_tokenizer = marian
+    translator = Translator.from_marian(path)
+    config = translator.decode
+    assert (config.beam, config.alpha, config.max_output_len) == (4, 1.0, 40 - 1)
+    assert config.length_penalty is LengthPenalty.HF and config.extra_len is None
+    assert config.banned_ids == (reference.config.pad_token_id,) and config.free_forced_eos
+    batch = hf_tokenizer(GENERATION_TEXTS, return_tensors="pt", padding=True)
+    with torch.no_grad():  # the saved generation config: beam 4, max_length 40
+        out = reference.generate(**batch)
+    expected = hf_tokenizer.batch_decode(out, skip_special_tokens=True)
+    assert translator.translate([*GENERATION_TEXTS, ""]) == [*expected, ""]
+
+
+@pytest.mark.parametrize("marian", ["gelu-3x1-untied"], indirect=True)  # a subprocess: slow
+def test_convert_then_translate_from_the_command_line(marian, tmp_path):
+    path, reference, hf_tokenizer = marian
+    out = tmp_path / "converted"
+    code = (
+        "import sys; from typer.testing import CliRunner; from aiayn.cli import app\n"
+        f"r = CliRunner().invoke(app, ['convert', 'marian', {str(path)!r}, {str(out)!r}])\n"
+        "assert r.exit_code == 0, r.output\n"
+        f"r = CliRunner().invoke(app, ['translate', {str(out)!r}], input=sys.stdin.read())\n"
+        "assert r.exit_code == 0, r.output\n"
+        "assert 'transformers' not in sys.modules, 'transformers was imported'\n"
+        "sys.stdout.write(r.stdout)\n"
+    )
+    lines = [GENERATION_TEXTS[0], "", *GENERATION_TEXTS[1:]]
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in out.iterdir()) == [
+        "marian.json",
+        "model.safetensors",
+        "source.spm",
+        "target.spm",
+        "vocab.json",
+    ]
+    batch = hf_tokenizer(GENERATION_TEXTS, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        expected = hf_tokenizer.batch_decode(reference.generate(**batch), skip_special_tokens=True)
+    assert result.stdout.split("\n")[:-1] == [expected[0], "", *expected[1:]]
+    converted = Translator.load(out)  # the same model, tokenization and settings
+    assert converted.decode == Translator.from_marian(path).decode
+    assert isinstance(converted.tokenizer, MarianTokenizer)
+
+
+def test_convert_refuses_a_bad_directory_without_writing(tmp_path):
+    from typer.testing import CliRunner
+
+    from aiayn.cli import app
+
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["convert", "marian", str(tmp_path), str(out)])
+    assert result.exit_code == 1 and "config.json" in result.output
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("no_repeat_ngram_size", 3), ("do_sample", True), ("forced_eos_token_id", 5)],
+)
+def test_unsupported_generation_settings_are_refused_by_name(marian, tmp_path, field, value):
+    path, _, _ = marian
+    directory = tmp_path / "model"
+    directory.mkdir()
+    (directory / "config.json").write_bytes((path / "config.json").read_bytes())
+    settings = json.loads((path / "generation_config.json").read_text())
+    (directory / "generation_config.json").write_text(json.dumps({**settings, field: value}))
+    with pytest.raises(MarianFormatError, match=field):
+        marian_generation(directory)

@@ -14,6 +14,9 @@ from aiayn.attention import KVCache, LayerKV
 from aiayn.model import EncoderOutput
 from aiayn.search import (
     DecodeConfig,
+    EarlyStopping,
+    LengthPenalty,
+    TokenRules,
     beam_search,
     filter_logits,
     greedy_search,
@@ -105,6 +108,43 @@ def test_max_output_length_is_source_plus_extra_clipped() -> None:
     real = torch.tensor([[True, True, False], [True, True, True]])
     assert max_output_lengths(real, 50, 1024).tolist() == [52, 53]
     assert max_output_lengths(real, 50, 52).tolist() == [52, 52]
+
+
+def test_length_penalty_hf_form_is_length_to_the_alpha() -> None:
+    assert length_penalty(4, 0.5, LengthPenalty.HF) == pytest.approx(2.0)
+    assert length_penalty(9, 1.0, LengthPenalty.HF) == pytest.approx(9.0)
+    assert length_penalty(9, 0.0, LengthPenalty.HF) == 1.0
+
+
+def test_absolute_max_output_length() -> None:
+    real = torch.tensor([[True, True, False], [True, True, True]])
+    assert max_output_lengths(real, None, 1024, 7).tolist() == [7, 7]
+    assert max_output_lengths(real, 50, 1024, 7).tolist() == [7, 7]
+    assert max_output_lengths(real, 1, 1024, 7).tolist() == [3, 4]
+    assert max_output_lengths(real, None, 5).tolist() == [5, 5]
+
+
+def test_banned_tokens_forced_eos_and_renormalisation() -> None:
+    model = TableModel(
+        {(A,) * n + (B,) * m: {A: 0.6, B: 0.3, EOS: 0.1} for n in range(4) for m in range(4)}
+    )
+    src = _src([[A, EOS]])
+    (best,) = greedy_search(model, src, None, max_output_len=3)[0]
+    assert best.tokens == [A, A] and best.log_prob == pytest.approx(
+        2 * math.log(0.6) + math.log(0.1)
+    )
+    banned = TokenRules(banned_ids=(A,))
+    (best,) = greedy_search(model, src, None, max_output_len=3, rules=banned)[0]
+    assert best.tokens == [B, B] and best.log_prob == pytest.approx(
+        2 * math.log(0.3) + math.log(0.1)
+    )
+    free = TokenRules(banned_ids=(A,), free_forced_eos=True)
+    (best,) = greedy_search(model, src, None, max_output_len=3, rules=free)[0]
+    assert best.log_prob == pytest.approx(2 * math.log(0.3))  # the forced eos costs nothing
+    renormalized = TokenRules(banned_ids=(A,), renormalize=True)
+    (best,) = greedy_search(model, src, None, max_output_len=3, rules=renormalized)[0]
+    assert best.tokens == [B, B]
+    assert best.log_prob == pytest.approx(2 * math.log(0.3 / 0.4))  # eos alone: log 1
 
 
 def test_output_never_exceeds_the_limit() -> None:
@@ -308,3 +348,10 @@ def test_bad_options_are_clear_errors() -> None:
         DecodeConfig(alpha=-1)
     with pytest.raises(ValueError, match="top_p"):
         DecodeConfig(sampling=True, top_p=1.5)
+    with pytest.raises(ValueError, match="max_output_len"):
+        DecodeConfig(max_output_len=0)
+    with pytest.raises(ValueError, match="heuristic"):
+        DecodeConfig(early_stopping="sometimes")
+    config = DecodeConfig(length_penalty="hf", early_stopping="never", banned_ids=[5])
+    assert config.length_penalty is LengthPenalty.HF and config.banned_ids == (5,)
+    assert config.early_stopping is EarlyStopping.NEVER

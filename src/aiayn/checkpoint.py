@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import SafetensorError
+from safetensors.torch import load_file, safe_open, save_file
 from safetensors.torch import load_model as _load_weights
-from safetensors.torch import safe_open
 from safetensors.torch import save_model as _save_weights
 
 from aiayn.config import ModelConfig
@@ -39,8 +43,7 @@ def save_model(model: Transformer, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    metadata = {CONFIG_KEY: json.dumps(model.cfg.to_dict())}
-    _save_weights(model, str(tmp), metadata=metadata)
+    _save_weights(model, str(tmp), metadata=_metadata(model))
     with open(tmp, "rb") as f:
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -133,3 +136,181 @@ def resolve_weights(run_or_file: str | Path) -> Path:
         f"{path} holds no checkpoint: looked for {path}/checkpoints/"
         f"{{average-last-*,best,step-*}}/{WEIGHTS_FILE}"
     )
+
+
+# ----- training checkpoints ----------------------------------------------------------
+#   A step checkpoint is a directory: model.safetensors (weights + config, as above)
+#   and trainer.pt (the state that makes a resumed run exact, see `save_checkpoint`).
+#   It is written complete under a hidden temporary name, every file fsynced, then
+#   renamed into place: a directory named step-* is always whole.
+
+TRAINER_FILE = "trainer.pt"
+BEST_DIR = "best"
+
+
+def _write_dir_atomic(target: Path, write: Callable[[Path], None]) -> Path:
+    """Fill a temporary sibling of `target` with `write(tmp)`, fsync it, rename it to `target`.
+
+    An existing `target` is replaced (moved aside first, deleted after the rename).
+    """
+    parent = target.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f".{target.name}.", suffix=".tmp"))
+    try:
+        write(tmp)
+        for path in tmp.iterdir():
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+        fsync_dir(tmp)
+        old = None
+        if target.exists():
+            old = parent / f".{target.name}.{os.getpid()}.old"
+            os.replace(target, old)
+        os.replace(tmp, target)
+        fsync_dir(parent)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def save_checkpoint(
+    run_dir: str | Path,
+    step: int,
+    model: Transformer,
+    trainer_state: dict[str, Any],
+    keep_last: int | None = None,
+) -> Path:
+    """Write RUN/checkpoints/step-NNNNNNNN/ atomically; keep only the last `keep_last`.
+
+    Args:
+        run_dir: the run directory.
+        step: the number of updates made; names the directory.
+        model: the bare model (not wrapped in DDP or torch.compile).
+        trainer_state: what the trainer needs to resume exactly: optimizer,
+            scheduler, step, epoch and batch position, RNG states, cumulative train
+            seconds, best validation loss, non-finite counters (any picklable dict).
+        keep_last: delete older step checkpoints beyond this many (None keeps all).
+
+    Returns:
+        The checkpoint directory.
+    """
+    target = Path(run_dir) / "checkpoints" / f"step-{step:08d}"
+
+    def write(tmp: Path) -> None:
+        _save_weights(model, str(tmp / WEIGHTS_FILE), metadata=_metadata(model))
+        torch.save(trainer_state, tmp / TRAINER_FILE)
+
+    _write_dir_atomic(target, write)
+    if keep_last is not None:
+        for old in step_checkpoints(run_dir)[:-keep_last]:
+            shutil.rmtree(old, ignore_errors=True)
+    return target
+
+
+def save_best(run_dir: str | Path, model: Transformer, info: dict[str, Any]) -> Path:
+    """Write RUN/checkpoints/best/ (weights + info.json) atomically, replacing the old one."""
+    target = Path(run_dir) / "checkpoints" / BEST_DIR
+
+    def write(tmp: Path) -> None:
+        _save_weights(model, str(tmp / WEIGHTS_FILE), metadata=_metadata(model))
+        (tmp / "info.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+
+    return _write_dir_atomic(target, write)
+
+
+def _metadata(model: Transformer) -> dict[str, str]:
+    return {CONFIG_KEY: json.dumps(model.cfg.to_dict())}
+
+
+def load_weights(model: Transformer, path: str | Path, device: str | torch.device = "cpu") -> None:
+    """Load a weights file into an existing model, in place (the optimizer keeps its tensors).
+
+    Raises:
+        ValueError: the file does not match the model.
+    """
+    try:
+        _load_weights(model, str(path), strict=True, device=str(device))
+    except (SafetensorError, RuntimeError, OSError) as err:
+        raise ValueError(f"cannot load weights from {path}: {err}") from None
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The newest step checkpoint with a trainer state, or None."""
+    found = [d for d in step_checkpoints(run_dir) if (d / TRAINER_FILE).is_file()]
+    return found[-1] if found else None
+
+
+def load_trainer_state(checkpoint_dir: str | Path) -> dict[str, Any]:
+    """The trainer state saved by `save_checkpoint`.
+
+    The file is a pickle (it holds numpy RNG states): load only checkpoints you wrote.
+
+    Raises:
+        FileNotFoundError: no trainer.pt in `checkpoint_dir`.
+        ValueError: the file is unreadable.
+    """
+    path = Path(checkpoint_dir) / TRAINER_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"no trainer state at {path}")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as err:  # pickle and zip errors of many kinds
+        raise ValueError(f"cannot read the trainer state {path}: {err}") from None
+
+
+def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, torch.Tensor]:
+    """The element-wise mean of the weights in several `.safetensors` files.
+
+    Accumulates in float64 and returns each tensor in its stored dtype. Section 6:
+    "we used a single model obtained by averaging the last 5 checkpoints".
+
+    Raises:
+        ValueError: no paths, or the files hold different models (configs or tensors).
+    """
+    if not paths:
+        raise ValueError("nothing to average: no checkpoints given")
+    configs = {str(p): read_config(p) for p in paths}
+    if len(set(configs.values())) > 1:
+        raise ValueError(f"cannot average checkpoints of different models: {list(configs)}")
+    total: dict[str, torch.Tensor] = {}
+    dtypes: dict[str, torch.dtype] = {}
+    for path in paths:
+        state = load_file(str(path))
+        if total and set(state) != set(total):
+            raise ValueError(f"{path} holds other tensors than {paths[0]}")
+        for name, tensor in state.items():
+            dtypes[name] = tensor.dtype
+            total[name] = total.get(name, 0) + tensor.to(torch.float64)
+    return {name: (t / len(paths)).to(dtypes[name]) for name, t in total.items()}
+
+
+def average_last(run_dir: str | Path, k: int) -> Path:
+    """Average the last `k` step checkpoints of a run into RUN/checkpoints/average-last-K/.
+
+    Returns:
+        The path of the averaged `model.safetensors`.
+
+    Raises:
+        ValueError: `k` < 1, or the run has fewer than `k` step checkpoints.
+    """
+    if k < 1:
+        raise ValueError(f"--last must be at least 1, got {k}")
+    steps = step_checkpoints(run_dir)
+    if len(steps) < k:
+        raise ValueError(
+            f"{run_dir} has {len(steps)} step checkpoint(s), fewer than the {k} to average"
+        )
+    chosen = [d / WEIGHTS_FILE for d in steps[-k:]]
+    averaged = average_checkpoints(chosen)
+    metadata = {
+        CONFIG_KEY: json.dumps(read_config(chosen[0]).to_dict()),
+        "aiayn.averaged": json.dumps([d.name for d in steps[-k:]]),
+    }
+    target = Path(run_dir) / "checkpoints" / f"average-last-{k}"
+    _write_dir_atomic(
+        target, lambda tmp: save_file(averaged, str(tmp / WEIGHTS_FILE), metadata=metadata)
+    )
+    return target / WEIGHTS_FILE

@@ -187,6 +187,75 @@ def prepare_hf_command(
 # ----- training: train, average ----------------------------------------------
 
 
+@app.command(
+    context_settings={"allow_extra_args": False},
+    epilog="Overrides: section.key=value, e.g. train.lr_scale=2 model.d_model=256 "
+    "train.max_minutes=30 data.corpus=DIR. Run again with the same --run to resume; "
+    "several processes: torchrun --nproc_per_node N -m aiayn.cli train ... --run-dir DIR",
+)
+def train(
+    config: Annotated[Path, typer.Argument(help="The YAML recipe (see configs/).")],
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="section.key=value overrides of the recipe.")
+    ] = None,
+    run: Annotated[
+        Path,
+        typer.Option(
+            "--run",
+            "--run-dir",
+            help="Run directory (resumed if it exists). Under torchrun write --run-dir: "
+            "torchrun reads --run as its own --run-path.",
+        ),
+    ] = ...,
+    device: Annotated[
+        str | None, typer.Option("--device", help="cpu, cuda, cuda:1 (default: cuda if available).")
+    ] = None,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Train a Transformer from a recipe; checkpoints, metrics and logs go to --run."""
+    import logging
+
+    from aiayn.train import train_from_recipe
+
+    handler = logging.StreamHandler()
+    handler.setLevel(logging.WARNING)  # info lines go to RUN/train.log, not over the bar
+    handler.setFormatter(logging.Formatter("aiayn: %(levelname)s: %(message)s"))
+    logging.getLogger().addHandler(handler)
+    try:
+        result = train_from_recipe(config, run, overrides or [], device=device, progress=progress)
+    except (FileNotFoundError, ValueError) as err:
+        raise _fail(err) from None
+    finally:
+        logging.getLogger().removeHandler(handler)
+    valid = (
+        f"; valid loss {result.last_valid_loss:.4f}" if result.last_valid_loss is not None else ""
+    )
+    bleu = f", BLEU {result.last_valid_bleu:.2f}" if result.last_valid_bleu is not None else ""
+    typer.echo(
+        f"stopped ({result.stopped}) at update {result.steps}, epoch {result.epochs:.2f}, "
+        f"{result.train_minutes:.1f} training minutes{valid}{bleu}; run: {result.run_dir}"
+    )
+    if result.stopped == "non_finite":
+        raise _fail(ValueError("too many non-finite losses in a row; see RUN/train.log"))
+    if result.stopped == "signal":
+        raise typer.Exit(code=130)
+
+
+@app.command()
+def average(
+    run: Annotated[Path, typer.Argument(help="Run directory.")],
+    last: Annotated[int, typer.Option("--last", help="Average this many latest checkpoints.")] = 5,
+) -> None:
+    """Average the last K step checkpoints (section 6) into RUN/checkpoints/average-last-K."""
+    from aiayn.checkpoint import average_last
+
+    try:
+        path = average_last(run, last)
+    except (FileNotFoundError, ValueError) as err:
+        raise _fail(err) from None
+    typer.echo(f"wrote {path}")
+
+
 # ----- inference: translate, evaluate, attention -----------------------------
 
 
@@ -267,13 +336,19 @@ def translate(
     output: Annotated[
         Path | None, typer.Option("-o", "--output", help="Output file (default stdout).")
     ] = None,
-    beam: BeamOpt = 4,
-    alpha: AlphaOpt = 0.6,
+    beam: Annotated[
+        int | None, typer.Option(help="Beam width, 1 = greedy (default: the model's, or 4).")
+    ] = None,
+    alpha: Annotated[
+        float | None, typer.Option(help="Length penalty exponent (default: the model's, or 0.6).")
+    ] = None,
     nbest: Annotated[
         int,
         typer.Option(help="With N > 1, write N candidates per line as 'i ||| text ||| score'."),
     ] = 1,
-    extra_len: Annotated[int, typer.Option(help="Output may exceed the source by this.")] = 50,
+    extra_len: Annotated[
+        int | None, typer.Option(help="Output may exceed the source by this (default: 50).")
+    ] = None,
     sample: Annotated[bool, typer.Option("--sample", help="Sample instead of searching.")] = False,
     temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
     top_k: Annotated[int | None, typer.Option(help="Sample among the k likeliest.")] = None,
@@ -284,27 +359,29 @@ def translate(
     dtype: PrecisionOpt = Precision.FLOAT32,
     tokenizer: TokenizerOpt = None,
 ) -> None:
-    """Translate stdin or a file, one sentence per line, keeping order and empty lines."""
+    """Translate stdin or a file, one sentence per line, keeping order and empty lines.
+
+    Search settings not given are the model's: the paper's (section 6) for our own
+    runs, the config's for a converted Marian model (see `aiayn convert marian`).
+    """
     import sys
 
-    from aiayn.search import DecodeConfig
     from aiayn.translate import decode_lines, read_lines
 
     _warnings_to_stderr()
+    given = {"beam": beam, "alpha": alpha, "extra_len": extra_len}
     try:
-        config = DecodeConfig(
-            beam=beam,
-            alpha=alpha,
+        lines = read_lines(input) if input else list(decode_lines(sys.stdin.buffer, "<stdin>"))
+        translator = _load_translator(run, device, tokenizer, dtype)
+        config = translator.decode_config(
             nbest=nbest,
-            extra_len=extra_len,
             sampling=sample,
             temperature=temperature,
             top_k=top_k,
             top_p=top_p,
             seed=seed,
+            **{name: value for name, value in given.items() if value is not None},
         )
-        lines = read_lines(input) if input else list(decode_lines(sys.stdin.buffer, "<stdin>"))
-        translator = _load_translator(run, device, tokenizer, dtype)
         results = translator.translate_nbest(lines, config, max_tokens, progress=output is not None)
     except (FileNotFoundError, ValueError) as err:
         raise _fail(err) from None
@@ -319,11 +396,30 @@ def translate(
     _write_lines(out, output)
 
 
+def _split_files(run: Path, split: str) -> tuple[Path, Path]:
+    """(source, reference) files of `split` in the corpus named by RUN/config.yaml."""
+    import yaml
+
+    from aiayn.data.corpus import PreparedCorpus
+
+    recipe = run / "config.yaml"
+    if not recipe.is_file():
+        raise FileNotFoundError(
+            f"--split needs a run directory with a config.yaml; {recipe} is missing "
+            "(give --src and --ref instead)"
+        )
+    corpus = (yaml.safe_load(recipe.read_text(encoding="utf-8")) or {}).get("data", {})
+    if "corpus" not in corpus:
+        raise ValueError(f"{recipe} names no data.corpus")
+    return PreparedCorpus.load(corpus["corpus"]).files(split)
+
+
 @app.command()
 def evaluate(
     run: RunArg,
     split: Annotated[
-        str | None, typer.Option(help="Score RUN/data/SPLIT.src against RUN/data/SPLIT.tgt.")
+        str | None,
+        typer.Option(help="Score a split (valid, test) of the corpus RUN was trained on."),
     ] = None,
     src: Annotated[Path | None, typer.Option(help="Source file (with --ref).")] = None,
     ref: Annotated[Path | None, typer.Option(help="Reference file (with --src).")] = None,
@@ -347,7 +443,7 @@ def evaluate(
         if (split is None) == (src is None and ref is None) or (src is None) != (ref is None):
             raise ValueError("give either --split NAME or both --src FILE and --ref FILE")
         if split is not None:
-            src, ref = run / "data" / f"{split}.src", run / "data" / f"{split}.tgt"
+            src, ref = _split_files(run, split)
         name = split or src.stem
         sources, references = read_lines(src), read_lines(ref)
         if len(sources) != len(references):
@@ -390,6 +486,92 @@ def attention(
         raise _fail(err) from None
     for path in paths.values():
         typer.echo(str(path))
+
+
+# ----- conversion: convert marian ----------------------------------------------
+
+convert_app = typer.Typer(
+    help="Turn checkpoints of other toolkits into aiayn directories.", no_args_is_help=True
+)
+app.add_typer(convert_app, name="convert")
+
+
+@convert_app.command("marian")
+def convert_marian_command(
+    path: Annotated[
+        Path, typer.Argument(help="A Marian / opus-mt directory as transformers saves it.")
+    ],
+    out: Annotated[Path, typer.Argument(help="The aiayn directory to write.")],
+) -> None:
+    """Convert a local Marian / opus-mt model; then `aiayn translate OUT` runs it.
+
+    OUT gets model.safetensors, source.spm, target.spm, vocab.json and marian.json
+    (the generation settings: beam, length penalty, max length, bad words).
+    Nothing is downloaded and transformers is not needed.
+    """
+    from aiayn.marian import convert_marian
+
+    _warnings_to_stderr()
+    try:
+        weights = convert_marian(path, out)
+    except (FileNotFoundError, ValueError) as err:
+        raise _fail(err) from None
+    typer.echo(f"wrote {weights}; translate with: aiayn translate {out}")
+
+
+# ----- the main job: quickstart ------------------------------------------------
+
+
+@app.command()
+def quickstart(
+    out: Annotated[Path, typer.Option(help="Directory for everything it writes.")] = Path(
+        "quickstart"
+    ),
+    minutes: Annotated[
+        float, typer.Option(help="Training time in all; a second run resumes up to it.")
+    ] = 15.0,
+    device: Annotated[
+        str | None, typer.Option(help="cpu or cuda (default: cuda when available).")
+    ] = None,
+    recipe: Annotated[
+        Path | None,
+        typer.Option(help="Training recipe (default: configs/bible-en-es-{cpu,gpu}.yaml)."),
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Recipe override section.key=value (repeatable)."),
+    ] = None,
+    vocab_size: Annotated[
+        int | None, typer.Option(help="Shared subword vocabulary size (default: tuned).")
+    ] = None,
+    average: Annotated[int, typer.Option(help="Average the last K checkpoints.")] = 5,
+    test_pairs: Annotated[
+        int | None, typer.Option(help="Score only the first N test pairs (default: all).")
+    ] = None,
+    beam: BeamOpt = 4,
+    alpha: AlphaOpt = 0.6,
+) -> None:
+    """The demo: prepare the Bible (English -> Spanish), train, evaluate, translate, plot."""
+    from aiayn.data.bible import SwordModuleMissing
+    from aiayn.quickstart import QuickstartConfig, default_device, run_quickstart
+
+    _warnings_to_stderr()
+    try:
+        config = QuickstartConfig(
+            out=out,
+            minutes=minutes,
+            device=device or default_device(),
+            recipe=recipe,
+            overrides=tuple(set_ or ()),
+            **({"vocab_size": vocab_size} if vocab_size else {}),
+            average_last=average,
+            beam=beam,
+            alpha=alpha,
+            test_pairs=test_pairs,
+        )
+        run_quickstart(config, echo=typer.echo)
+    except (SwordModuleMissing, FileNotFoundError, ValueError) as err:
+        raise _fail(err) from None
 
 
 if __name__ == "__main__":

@@ -38,6 +38,32 @@ class Activation(str, Enum):
     SWISH = "swish"
 
 
+def config_to_dict(config: Any) -> dict[str, Any]:
+    """A config dataclass as plain types (enums as values, tuples as lists), for YAML/JSON."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, Enum):
+            return value.value
+        if isinstance(value, tuple | list):
+            return [plain(v) for v in value]
+        return value
+
+    return {k: plain(v) for k, v in dataclasses.asdict(config).items()}
+
+
+def config_from_dict(cls: type, values: dict[str, Any]) -> Any:
+    """Build the config dataclass `cls` from `values`; unknown keys raise a ValueError naming them."""
+    unknown = sorted(set(values) - config_fields(cls))
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} field(s): {', '.join(unknown)}")
+    return cls(**values)
+
+
+def config_fields(cls: type) -> set[str]:
+    """The field names of a config dataclass."""
+    return {f.name for f in dataclasses.fields(cls)}
+
+
 def _positive(name: str, value: int | None) -> None:
     if value is not None and value <= 0:
         raise ValueError(f"ModelConfig.{name} must be a positive integer, got {value!r}")
@@ -197,14 +223,124 @@ class ModelConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain types only (enums as their values), for YAML and JSON."""
-        out = dataclasses.asdict(self)
-        return {k: (v.value if isinstance(v, Enum) else v) for k, v in out.items()}
+        return config_to_dict(self)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> ModelConfig:
         """Inverse of `to_dict`; unknown keys raise a ValueError naming them."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown ModelConfig field(s): {', '.join(unknown)}")
-        return cls(**values)
+        return config_from_dict(cls, values)
+
+
+# ----- training ---------------------------------------------------------------------
+
+
+class Precision(str, Enum):
+    """Arithmetic of the training forward and backward passes."""
+
+    FP32 = "fp32"  # the CPU default
+    BF16 = "bf16"  # autocast to bfloat16 (CUDA's default choice; weights stay fp32)
+    FP16 = "fp16"  # autocast to float16 with a gradient scaler (CUDA only)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How a model is trained: section 5 of the paper plus the run's limits and cadence.
+
+    Args:
+        max_tokens: token budget of one batch per process, each side, padding and
+            specials included (see `aiayn.data.batching`).
+        accumulation: batches per update (update_freq); the paper's ~25,000-token
+            batches are `max_tokens * accumulation * processes`.
+        lr_scale: factor on the schedule `d_model^-0.5 * min(step^-0.5,
+            step * warmup^-1.5)` (section 5.3 uses 1).
+        warmup: warmup steps of the schedule (the paper: 4000).
+        betas, eps: Adam's (the paper: 0.9, 0.98, 1e-9).
+        label_smoothing: epsilon_ls of section 5.4 (0.1).
+        clip_norm: clip the gradient's global L2 norm to this; None = no clipping
+            (the paper does not clip).
+        max_steps, max_epochs, max_minutes: limits; the run stops cleanly, with a
+            checkpoint, at the first one reached. `max_minutes` counts the run's
+            cumulative training time across resumes. At least one must be set.
+        checkpoint_every_steps, checkpoint_every_minutes: save a checkpoint every so
+            many updates / minutes of wall time (either may be None = off).
+        keep_last: step checkpoints kept (older ones are deleted; `best/` stays).
+        valid_every_steps: validation loss and perplexity every so many updates
+            (None = only when the run stops).
+        valid_bleu_sentences: greedy-search BLEU on the first N validation pairs at
+            each validation (0 = off).
+        log_every_steps: a metrics line (and TensorBoard scalars) every so many updates.
+        max_non_finite: this many non-finite losses in a row stop the run.
+        seed: fixes initialisation, data order and dropout.
+        precision: fp32, bf16 or fp16 (see `Precision`).
+        compile: run the model through `torch.compile`.
+
+    Raises:
+        ValueError: a field out of range; the message names the field.
+    """
+
+    max_tokens: int = 4096
+    accumulation: int = 1
+    lr_scale: float = 1.0
+    warmup: int = 4000
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-9
+    label_smoothing: float = 0.1
+    clip_norm: float | None = None
+    max_steps: int | None = None
+    max_epochs: float | None = None
+    max_minutes: float | None = None
+    checkpoint_every_steps: int | None = None
+    checkpoint_every_minutes: float | None = 10.0
+    keep_last: int = 5
+    valid_every_steps: int | None = 1000
+    valid_bleu_sentences: int = 0
+    log_every_steps: int = 100
+    max_non_finite: int = 5
+    seed: int = 0
+    precision: Precision = Precision.FP32
+    compile: bool = False
+
+    def __post_init__(self) -> None:
+        def fail(name: str, rule: str) -> ValueError:
+            return ValueError(f"TrainConfig.{name} must be {rule}, got {getattr(self, name)!r}")
+
+        for name in ("max_tokens", "accumulation", "warmup", "keep_last", "log_every_steps"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise fail(name, "a positive integer")
+        if self.max_non_finite < 1:
+            raise fail("max_non_finite", "a positive integer")
+        for name in ("max_steps", "checkpoint_every_steps", "valid_every_steps"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise fail(name, "a positive integer or null")
+        for name in ("max_epochs", "max_minutes", "checkpoint_every_minutes", "clip_norm"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise fail(name, "a positive number or null")
+        if self.max_steps is None and self.max_epochs is None and self.max_minutes is None:
+            raise ValueError("TrainConfig needs a limit: set max_steps, max_epochs or max_minutes")
+        if not self.lr_scale > 0:
+            raise fail("lr_scale", "positive")
+        if not self.eps > 0:
+            raise fail("eps", "positive")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise fail("label_smoothing", "in [0, 1)")
+        if self.valid_bleu_sentences < 0:
+            raise fail("valid_bleu_sentences", "0 (off) or positive")
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise fail("betas", "two numbers in [0, 1)")
+        object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
+        try:
+            object.__setattr__(self, "precision", Precision(self.precision))
+        except ValueError:
+            choices = ", ".join(p.value for p in Precision)
+            raise fail("precision", f"one of {choices}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain types only, for YAML and JSON."""
+        return config_to_dict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
+        """Inverse of `to_dict`; unknown keys raise a ValueError naming them."""
+        return config_from_dict(cls, values)

@@ -18,6 +18,16 @@ also unties the encoder's and decoder's embeddings from each other).
 
 Tokenization differs too: a source and a target sentencepiece model split text
 into pieces, and `vocab.json` (shared by both sides) maps pieces to ids.
+
+So does generation: `MarianGeneration` reads the directory's settings and
+`MarianGeneration.decode_config` expresses `transformers`' beam and greedy search
+in a `DecodeConfig` (see `aiayn.search`), so that the outputs are the same.
+
+`convert_marian` writes an aiayn directory: `model.safetensors` (an aiayn
+checkpoint), the three tokenization files, and `marian.json` with the generation
+settings. `marian.json` is what marks the directory as Marian-tokenized for
+`Translator.load` and `aiayn translate`.
+
 Nothing here imports `transformers`.
 """
 
@@ -26,6 +36,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,8 +47,10 @@ import sentencepiece as spm
 import torch
 from safetensors.torch import load_file
 
+from aiayn.checkpoint import WEIGHTS_FILE, save_model
 from aiayn.config import Activation, ModelConfig, Positional
 from aiayn.model import Transformer
+from aiayn.search import DecodeConfig, EarlyStopping, LengthPenalty
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +68,33 @@ _REFUSED_UNLESS = {
     "static_position_embeddings": None,  # None or True: both mean fixed sinusoids
     "separate_vocabs": False,
 }
+
+
+# Generation settings of `transformers` that change outputs in ways our search does
+# not reproduce, with the values that leave them off (older configs list them all).
+_GENERATION_REFUSED_UNLESS: dict[str, tuple[Any, ...]] = {
+    "do_sample": (False, None),
+    "num_beam_groups": (1, None),
+    "diversity_penalty": (0.0, None),
+    "repetition_penalty": (1.0, None),
+    "encoder_repetition_penalty": (1.0, None),
+    "no_repeat_ngram_size": (0, None),
+    "encoder_no_repeat_ngram_size": (0, None),
+    "min_length": (0, None),
+    "min_new_tokens": (0, None),
+    "max_new_tokens": (None,),
+    "forced_bos_token_id": (None,),
+    "exponential_decay_length_penalty": (None,),
+    "suppress_tokens": (None, []),
+    "begin_suppress_tokens": (None, []),
+    "sequence_bias": (None, {}),
+    "constraints": (None, []),
+    "force_words_ids": (None, []),
+}
+
+_WORD_BOUNDARY = "\u2581"  # sentencepiece's word-start mark
+CONVERTED_FILE = "marian.json"  # marks a converted directory; holds the generation settings
+TOKENIZATION_FILES = ("source.spm", "target.spm", "vocab.json")
 
 
 class MarianFormatError(ValueError):
@@ -233,7 +274,7 @@ class MarianTokenizer:
 
     def __init__(self, directory: str | Path) -> None:
         directory = Path(directory)
-        for name in ("source.spm", "target.spm", "vocab.json"):
+        for name in TOKENIZATION_FILES:
             if not (directory / name).is_file():
                 raise FileNotFoundError(f"no {name} in {directory}: not a Marian model directory")
         self.source = spm.SentencePieceProcessor(model_file=str(directory / "source.spm"))
@@ -266,37 +307,171 @@ class MarianTokenizer:
         return [self.encode(text) for text in texts]
 
     def decode(self, ids: Sequence[int]) -> str:
-        specials = {self.pad_id, self.eos_id}
-        pieces = [self.id_to_piece.get(i, "<unk>") for i in ids if i not in specials]
-        return self.target.DecodePieces(pieces)
+        """Target text, as `transformers`' `decode(ids, skip_special_tokens=True)`.
+
+        Special tokens (pad, eos, unk) are dropped; a piece the target model lacks
+        keeps its text, its word-boundary marks turned into spaces.
+        """
+        specials = {self.pad_id, self.eos_id, self.unk_id}
+        pieces = [self.id_to_piece[i] for i in ids if i not in specials and i in self.id_to_piece]
+        return self.target.DecodePieces(pieces).replace(_WORD_BOUNDARY, " ").strip()
 
 
 @dataclass(frozen=True)
 class MarianGeneration:
-    """Search settings a Marian directory asks for (generation_config.json / config.json)."""
+    """Search settings a Marian directory asks for (generation_config.json / config.json).
+
+    Attributes, in `transformers`' terms:
+        beam: num_beams (1: greedy search).
+        max_length: the longest output counting the decoder start token.
+        length_penalty: finished beams score sum log-prob / length ** length_penalty,
+            length counting the generated tokens, eos included.
+        bad_word_ids: single tokens never generated (the pad id among them).
+        early_stopping: early_stopping, as an `EarlyStopping`.
+        forced_eos: forced_eos_token_id is the eos id: at max_length - 1 eos is
+            forced, with log-probability 0.
+        renormalize: renormalize_logits.
+    """
 
     beam: int = 4
     max_length: int = 512
-    length_penalty: float = 1.0  # Hugging Face form: score / length ** length_penalty
+    length_penalty: float = 1.0
     bad_word_ids: tuple[int, ...] = ()
+    early_stopping: EarlyStopping = EarlyStopping.HEURISTIC
+    forced_eos: bool = True
+    renormalize: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "early_stopping", EarlyStopping(self.early_stopping))
+        object.__setattr__(self, "bad_word_ids", tuple(int(i) for i in self.bad_word_ids))
+
+    def decode_config(self, **overrides: Any) -> DecodeConfig:
+        """The `DecodeConfig` that searches as `transformers`' `generate` does.
+
+        Args:
+            **overrides: `DecodeConfig` fields to set otherwise (beam, alpha, ...).
+        """
+        settings: dict[str, Any] = {
+            "beam": self.beam,
+            "alpha": self.length_penalty,
+            "extra_len": None,  # transformers limits only by max_length
+            "max_output_len": self.max_length - 1,  # max_length counts the start token
+            "length_penalty": LengthPenalty.HF,
+            "early_stopping": self.early_stopping,
+            "banned_ids": self.bad_word_ids,
+            "renormalize": self.renormalize,
+            "free_forced_eos": self.forced_eos,
+        }
+        return DecodeConfig(**{**settings, **overrides})
+
+
+def _early_stopping(value: bool | str | None) -> EarlyStopping:
+    if value is True:
+        return EarlyStopping.EXACT  # the same n-best as waiting for K finished
+    if value == "never":
+        return EarlyStopping.NEVER
+    if value in (False, None):
+        return EarlyStopping.HEURISTIC
+    raise MarianFormatError(f"generation field early_stopping={value!r}: not True, False or never")
 
 
 def marian_generation(directory: str | Path) -> MarianGeneration:
-    """Read the directory's generation defaults; the pad id is never generated."""
+    """Read the directory's generation defaults; the pad id is never generated.
+
+    Raises:
+        MarianFormatError: naming a generation setting our search does not reproduce.
+    """
     directory = Path(directory)
     values = read_marian_config(directory)
     generation_file = directory / "generation_config.json"
     if generation_file.is_file():
-        values = {**values, **json.loads(generation_file.read_text(encoding="utf-8"))}
+        try:
+            values = {**values, **json.loads(generation_file.read_text(encoding="utf-8"))}
+        except json.JSONDecodeError as err:
+            raise MarianFormatError(f"{generation_file} is not valid JSON: {err}") from None
+    for field, accepted in _GENERATION_REFUSED_UNLESS.items():
+        if values.get(field) not in accepted:
+            raise MarianFormatError(
+                f"generation field {field}={values[field]!r}: not supported by aiayn's search"
+            )
+    eos_id = values["eos_token_id"]
     bad = {values["pad_token_id"]}
     for word in values.get("bad_words_ids") or []:
         if len(word) == 1:
             bad.add(word[0])
         else:
             log.warning("ignoring a multi-token bad word %s: only single tokens are banned", word)
+    bad.discard(eos_id)  # transformers never bans eos either
+    forced_eos = values.get("forced_eos_token_id")
+    if forced_eos not in (None, eos_id):
+        raise MarianFormatError(
+            f"generation field forced_eos_token_id={forced_eos!r}: not the eos id {eos_id}"
+        )
+    if forced_eos is None:
+        log.warning(
+            "%s sets no forced_eos_token_id: transformers would end outputs at max_length "
+            "without eos, aiayn ends them with eos",
+            directory,
+        )
+    length_penalty = values.get("length_penalty")
+    length_penalty = 1.0 if length_penalty is None else float(length_penalty)
+    if length_penalty < 0:
+        raise MarianFormatError(
+            f"generation field length_penalty={length_penalty!r}: negative values are not supported"
+        )
     return MarianGeneration(
         beam=values.get("num_beams") or 1,
-        max_length=values.get("max_length") or 512,
-        length_penalty=values.get("length_penalty", 1.0),
+        max_length=values.get("max_length") or 20,  # transformers' default
+        length_penalty=length_penalty,
         bad_word_ids=tuple(sorted(bad)),
+        early_stopping=_early_stopping(values.get("early_stopping")),
+        forced_eos=forced_eos is not None,
+        renormalize=bool(values.get("renormalize_logits")),
     )
+
+
+def convert_marian(directory: str | Path, out: str | Path) -> Path:
+    """Write a Marian directory as an aiayn one that `aiayn translate` reads.
+
+    OUT gets `model.safetensors` (an aiayn checkpoint), `source.spm`, `target.spm`,
+    `vocab.json` and `marian.json` (the generation settings; it marks the directory
+    as Marian-tokenized). The weights are checked by loading them first, so a
+    directory that cannot be converted leaves OUT untouched.
+
+    Returns:
+        The weights file written.
+
+    Raises:
+        FileNotFoundError, MarianFormatError: as `load_marian_model`, or for a
+            missing tokenization file.
+    """
+    directory, out = Path(directory), Path(out)
+    model = load_marian_model(directory)
+    generation = marian_generation(directory)
+    MarianTokenizer(directory)  # all three tokenization files are there and readable
+    out.mkdir(parents=True, exist_ok=True)
+    for name in TOKENIZATION_FILES:
+        shutil.copyfile(directory / name, out / name)
+    settings = {"format": "aiayn-marian", "version": 1, "source": str(directory.resolve())}
+    settings["generation"] = dataclasses.asdict(generation)
+    tmp = out / f".{CONVERTED_FILE}.tmp"
+    tmp.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+    weights = save_model(model, out / WEIGHTS_FILE)
+    os.replace(tmp, out / CONVERTED_FILE)  # last: a complete directory is marked
+    return weights
+
+
+def read_converted_generation(directory: str | Path) -> MarianGeneration:
+    """The generation settings `convert_marian` wrote to DIRECTORY/marian.json.
+
+    Raises:
+        MarianFormatError: if the file is not valid.
+    """
+    path = Path(directory) / CONVERTED_FILE
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+        return MarianGeneration(**settings["generation"])
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+        raise MarianFormatError(
+            f"{path} is not a valid aiayn Marian settings file: {err}"
+        ) from None

@@ -13,10 +13,20 @@ costing compute. Everything inside a step is batched over sentences and beams.
 Conventions, shared by every function here:
     - The output length counts the generated tokens including the final eos.
     - The longest output is `source length + extra_len` (section 6: input length +
-      50), source length counting real tokens (its eos included), clipped to the
-      model's `max_len`; at that length only eos may follow.
-    - pad and bos are never generated (their log-probabilities are set to -inf,
-      without renormalising the rest).
+      50), source length counting real tokens (its eos included), and at most
+      `max_output_len` when one is given, clipped to the model's `max_len`; at that
+      length only eos may follow.
+    - pad and bos are never generated, nor any `banned_ids` (their log-probabilities
+      are set to -inf, without renormalising the rest unless `renormalize` is set).
+
+Hugging Face `transformers` (5.x) generation, which Marian / opus-mt models are
+run with, is expressed in the same terms (see `aiayn.marian.MarianGeneration`):
+`max_length` M counts the decoder start token, so `max_output_len = M - 1` with no
+source-relative limit; `forced_eos_token_id` forces eos at that length with
+log-probability 0 (`free_forced_eos`); `length_penalty` divides by |Y|^alpha
+(`LengthPenalty.HF`); `early_stopping` False / True / "never" is
+`EarlyStopping.HEURISTIC` / `EXACT` / `NEVER`; `bad_words_ids` of one token are
+`banned_ids`; `renormalize_logits` is `renormalize`.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from typing import Protocol
 
 import torch
@@ -64,6 +75,7 @@ class Hypothesis:
         log_prob: sum of the model's log-probabilities of the tokens and the eos.
         score: what the search ranked by: `log_prob / length_penalty(len + 1, alpha)`
             for beam search, `log_prob` itself for greedy search and sampling.
+            (With `free_forced_eos` a forced final eos adds 0 to `log_prob`.)
     """
 
     tokens: list[int]
@@ -71,53 +83,132 @@ class Hypothesis:
     score: float
 
 
-def length_penalty(length: int | float | Tensor, alpha: float) -> float | Tensor:
-    """GNMT's length penalty lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016, eq. 14).
+class LengthPenalty(str, Enum):
+    """The form of the length penalty lp(Y) that finished scores are divided by."""
+
+    GNMT = "gnmt"  # ((5 + |Y|) / 6)^alpha, Wu et al. 2016 eq. 14 (the paper's, section 6)
+    HF = "hf"  # |Y|^alpha, Hugging Face `transformers`' length_penalty (Marian / opus-mt)
+
+
+class EarlyStopping(str, Enum):
+    """When beam search stops extending a sentence (besides reaching its longest output).
+
+    EXACT: K hypotheses have finished, or earlier, when no live hypothesis can still
+        enter the n-best list (a true bound). The n-best equal those of `transformers`'
+        `early_stopping=True`.
+    HEURISTIC: K have finished and the best live hypothesis, normalised at its
+        current length, scores no better than the worst finished one (`transformers`'
+        `early_stopping=False`, its default and Marian's). Not a bound: a longer
+        hypothesis could still have won.
+    NEVER: as HEURISTIC, normalised at the longest output length (`transformers`'
+        `early_stopping="never"`).
+    """
+
+    EXACT = "exact"
+    HEURISTIC = "heuristic"
+    NEVER = "never"
+
+
+def length_penalty(
+    length: int | float | Tensor, alpha: float, form: LengthPenalty = LengthPenalty.GNMT
+) -> float | Tensor:
+    """The length penalty lp(Y): GNMT's ((5 + |Y|) / 6)^alpha or Hugging Face's |Y|^alpha.
 
     Beam search ranks finished hypotheses by log P(Y|X) / lp(Y); the paper uses
-    alpha = 0.6 (section 6). alpha = 0 gives lp = 1, plain log-probability.
+    GNMT's form (Wu et al. 2016, eq. 14) with alpha = 0.6 (section 6). alpha = 0
+    gives lp = 1, plain log-probability.
 
     Args:
-        length: |Y|, output tokens including eos (an int, float or tensor).
+        length: |Y|, output tokens including eos (an int, float or tensor); for the
+            HF form this is `transformers`' generated length, its decoder start
+            token excluded and the final eos included.
         alpha: the exponent, >= 0.
+        form: GNMT (default) or HF.
     """
+    if form is LengthPenalty.HF:
+        return length**alpha
     return ((5.0 + length) / 6.0) ** alpha
 
 
-def max_output_lengths(real_tokens: Tensor, extra_len: int, max_len: int) -> Tensor:
+def max_output_lengths(
+    real_tokens: Tensor, extra_len: int | None, max_len: int, max_output_len: int | None = None
+) -> Tensor:
     """Longest output per sentence: source length + `extra_len`, at most `max_len`.
 
     Args:
         real_tokens: (B, S) bool, True at real source tokens.
-        extra_len: tokens allowed beyond the source length (the paper: 50).
+        extra_len: tokens allowed beyond the source length (the paper: 50); None for
+            no source-relative limit.
         max_len: the model's `max_len` (the decoder sees bos + all but the last token).
+        max_output_len: an absolute limit as well, if given.
 
     Returns:
         (B,) int64, each >= 1.
     """
+    limit = max_len if max_output_len is None else min(max_len, max_output_len)
+    if extra_len is None:
+        return torch.full_like(real_tokens[:, 0], limit, dtype=torch.long)
     lengths = real_tokens.sum(dim=1) + extra_len
-    return lengths.clamp(min=1, max=max_len)
+    return lengths.clamp(min=1, max=limit)
+
+
+@dataclass(frozen=True)
+class TokenRules:
+    """What may follow a prefix, beyond the model's distribution.
+
+    Attributes:
+        banned_ids: never generated, besides pad and bos (which never are).
+        renormalize: after banning (and forcing eos), renormalise the
+            log-probabilities over the tokens left (`transformers`' renormalize_logits).
+        free_forced_eos: where only eos may follow (the longest output), it gets
+            log-probability 0 instead of the model's (`transformers`'
+            forced_eos_token_id replaces the distribution).
+    """
+
+    banned_ids: tuple[int, ...] = ()
+    renormalize: bool = False
+    free_forced_eos: bool = False
 
 
 def _next_log_probs(
-    model: Decodable, last: Tensor, encoded: EncoderOutput, cache: KVCache
+    model: Decodable,
+    last: Tensor,
+    encoded: EncoderOutput,
+    cache: KVCache,
+    rules: TokenRules,
+    at_limit: Tensor | None = None,
 ) -> Tensor:
-    """Log-probabilities of the next token after each row's prefix: (rows, V)."""
+    """Log-probabilities of the next token after each row's prefix: (rows, V).
+
+    Rows where `at_limit` (rows,) is True may only end (see `_only_eos`).
+    """
+    cfg = model.cfg
     logits = model.decode(last[:, None], encoded, cache)[:, -1]  # only the new position
     if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()  # sum log-probabilities in at least float32
     log_probs = logits.log_softmax(dim=-1)
-    log_probs[:, model.cfg.pad_id] = NEG_INF
-    log_probs[:, model.cfg.bos_id] = NEG_INF
+    log_probs[:, cfg.pad_id] = NEG_INF
+    log_probs[:, cfg.bos_id] = NEG_INF
+    if rules.banned_ids:
+        log_probs[:, list(rules.banned_ids)] = NEG_INF
+    if at_limit is not None:
+        log_probs = _only_eos(log_probs, at_limit, cfg.eos_id, rules.free_forced_eos)
+    if rules.renormalize:
+        log_probs = log_probs.log_softmax(dim=-1)
     return log_probs
 
 
-def _only_eos(log_probs: Tensor, rows: Tensor, eos_id: int) -> Tensor:
-    """Forbid every token but eos in the (leading-dimension) `rows` that reached their limit."""
+def _only_eos(log_probs: Tensor, rows: Tensor, eos_id: int, free: bool = False) -> Tensor:
+    """Forbid every token but eos in the `rows` (N,) of (N, V) that reached their limit.
+
+    With `free`, eos gets log-probability 0 there.
+    """
     not_eos = torch.ones(log_probs.size(-1), dtype=torch.bool, device=log_probs.device)
     not_eos[eos_id] = False
-    shape = (-1,) + (1,) * (log_probs.dim() - 1)
-    return log_probs.masked_fill(rows.view(shape) & not_eos, NEG_INF)
+    log_probs = log_probs.masked_fill(rows[:, None] & not_eos, NEG_INF)
+    if free:
+        log_probs[:, eos_id] = log_probs[:, eos_id].masked_fill(rows, 0.0)
+    return log_probs
 
 
 def _keep_rows(cache: KVCache, encoded: EncoderOutput, rows: Tensor) -> EncoderOutput:
@@ -131,11 +222,15 @@ def _score_dtype(encoded: EncoderOutput) -> torch.dtype:
     return torch.float64 if encoded.hidden.dtype == torch.float64 else torch.float32
 
 
-def _validate(model: Decodable, src: Tensor, extra_len: int) -> None:
+def _validate(
+    model: Decodable, src: Tensor, extra_len: int | None, max_output_len: int | None = None
+) -> None:
     if src.dim() != 2 or src.size(0) == 0:
         raise ValueError(f"src must be a non-empty (batch, length) tensor, got {tuple(src.shape)}")
-    if extra_len < 0:
+    if extra_len is not None and extra_len < 0:
         raise ValueError(f"extra_len must be >= 0, got {extra_len}")
+    if max_output_len is not None and max_output_len < 1:
+        raise ValueError(f"max_output_len must be >= 1, got {max_output_len}")
 
 
 # ----- greedy search and sampling: one path per sentence ----------------------
@@ -146,14 +241,19 @@ Picker = Callable[[Tensor], Tensor]  # (N, V) log-probs -> (N,) chosen ids
 
 @torch.no_grad()
 def _one_path_search(
-    model: Decodable, src: Tensor, extra_len: int, pick: Picker
+    model: Decodable,
+    src: Tensor,
+    extra_len: int | None,
+    pick: Picker,
+    max_output_len: int | None,
+    rules: TokenRules,
 ) -> list[list[Hypothesis]]:
     """Extend one prefix per sentence with `pick` until eos or the length limit."""
-    _validate(model, src, extra_len)
+    _validate(model, src, extra_len, max_output_len)
     cfg = model.cfg
     batch, device = src.size(0), src.device
     encoded = model.encode(src)
-    max_out = max_output_lengths(encoded.real_tokens, extra_len, cfg.max_len)  # (B,)
+    max_out = max_output_lengths(encoded.real_tokens, extra_len, cfg.max_len, max_output_len)
     longest = int(max_out.max())
     limits = set(max_out.tolist())  # steps at which some sentence may only end
     cache = model.new_cache()
@@ -167,9 +267,8 @@ def _one_path_search(
     out_log_prob = torch.zeros(batch, dtype=dtype, device=device)
 
     for t in range(1, longest + 1):
-        log_probs = _next_log_probs(model, tokens[:, t - 1], encoded, cache)  # (N, V)
-        if t in limits:
-            log_probs = _only_eos(log_probs, max_out == t, cfg.eos_id)
+        at_limit = max_out == t if t in limits else None
+        log_probs = _next_log_probs(model, tokens[:, t - 1], encoded, cache, rules, at_limit)
         chosen = pick(log_probs)  # (N,)
         tokens[:, t] = chosen
         log_prob = log_prob + log_probs.gather(1, chosen[:, None]).squeeze(1)
@@ -201,18 +300,35 @@ def _strip(tokens: Tensor, eos_id: int, pad_id: int) -> list[list[int]]:
     return out
 
 
-def greedy_search(model: Decodable, src: Tensor, extra_len: int = 50) -> list[list[Hypothesis]]:
+def greedy_search(
+    model: Decodable,
+    src: Tensor,
+    extra_len: int | None = 50,
+    *,
+    max_output_len: int | None = None,
+    rules: TokenRules | None = None,
+) -> list[list[Hypothesis]]:
     """The most probable next token at every step.
 
     Args:
         model: an encoder-decoder in eval mode (see `Decodable`).
         src: (B, S) source ids, padded with `cfg.pad_id`.
-        extra_len: the output may be this many tokens longer than the source.
+        extra_len: the output may be this many tokens longer than the source (None:
+            no source-relative limit).
+        max_output_len: the longest output, eos included, if given.
+        rules: banned tokens and renormalisation (default: none).
 
     Returns:
         Per sentence, a one-element list with its `Hypothesis`.
     """
-    return _one_path_search(model, src, extra_len, lambda log_probs: log_probs.argmax(dim=-1))
+    return _one_path_search(
+        model,
+        src,
+        extra_len,
+        lambda log_probs: log_probs.argmax(dim=-1),
+        max_output_len,
+        rules or TokenRules(),
+    )
 
 
 def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
@@ -251,11 +367,14 @@ def filter_logits(
 def sample(
     model: Decodable,
     src: Tensor,
-    extra_len: int = 50,
+    extra_len: int | None = 50,
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
     seed: int = 0,
+    *,
+    max_output_len: int | None = None,
+    rules: TokenRules | None = None,
 ) -> list[list[Hypothesis]]:
     """Draw one output per sentence from the model's (filtered) distribution, seeded.
 
@@ -263,7 +382,7 @@ def sample(
     under the model's own distribution, before temperature and filtering.
 
     Args:
-        model, src, extra_len: as for `greedy_search`.
+        model, src, extra_len, max_output_len, rules: as for `greedy_search`.
         temperature: divides the logits (< 1 sharper, > 1 flatter).
         top_k: sample among the k most probable tokens only.
         top_p: sample among the most probable tokens holding this much mass.
@@ -276,7 +395,7 @@ def sample(
         probs = filter_logits(log_probs, temperature, top_k, top_p).softmax(dim=-1)
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
 
-    return _one_path_search(model, src, extra_len, pick)
+    return _one_path_search(model, src, extra_len, pick, max_output_len, rules or TokenRules())
 
 
 # ----- beam search ---------------------------------------------------------------
@@ -289,7 +408,12 @@ def beam_search(
     beam: int = 4,
     alpha: float = 0.6,
     nbest: int = 1,
-    extra_len: int = 50,
+    extra_len: int | None = 50,
+    *,
+    max_output_len: int | None = None,
+    rules: TokenRules | None = None,
+    penalty: LengthPenalty = LengthPenalty.GNMT,
+    early_stopping: EarlyStopping = EarlyStopping.EXACT,
 ) -> list[list[Hypothesis]]:
     """Beam search with GNMT's length penalty (section 6: beam 4, alpha 0.6).
 
@@ -303,7 +427,9 @@ def beam_search(
     hypothesis can still enter its n-best list: a live log-probability only falls
     as it grows and lp grows at most to lp(longest output), so the best live
     hypothesis can score at most `log_prob / length_penalty(longest, alpha)`. Done
-    sentences leave the batch and the cache.
+    sentences leave the batch and the cache. `early_stopping` HEURISTIC and NEVER
+    replace this rule by `transformers`' (see `EarlyStopping`); then the K best
+    finished hypotheses are kept, and the n-best returned from them.
 
     With K = 1 this is greedy search. With K at least the number of possible
     outputs (tiny vocabularies and lengths) nothing is pruned: exhaustive search.
@@ -314,7 +440,12 @@ def beam_search(
         beam: K, hypotheses kept per sentence.
         alpha: length-penalty exponent (>= 0).
         nbest: finished hypotheses returned per sentence (<= beam).
-        extra_len: the output may be this many tokens longer than the source.
+        extra_len: the output may be this many tokens longer than the source (None:
+            no source-relative limit).
+        max_output_len: the longest output, eos included, if given.
+        rules: banned tokens, renormalisation, forced eos (default: none).
+        penalty: the length penalty's form (GNMT, or HF for `transformers`').
+        early_stopping: when a sentence is done (see `EarlyStopping`).
 
     Returns:
         Per sentence, up to `nbest` hypotheses, best first.
@@ -328,13 +459,15 @@ def beam_search(
         raise ValueError(f"alpha must be >= 0, got {alpha}")
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest must lie in [1, beam={beam}], got {nbest}")
-    _validate(model, src, extra_len)
+    _validate(model, src, extra_len, max_output_len)
+    rules = rules or TokenRules()
     cfg = model.cfg
-    k, n_keep, vocab = beam, nbest, cfg.vocab_size
+    exact = early_stopping is EarlyStopping.EXACT
+    k, n_keep, vocab = beam, (nbest if exact else beam), cfg.vocab_size
     batch, device = src.size(0), src.device
 
     encoded = model.encode(src)
-    max_out = max_output_lengths(encoded.real_tokens, extra_len, cfg.max_len)  # (B,)
+    max_out = max_output_lengths(encoded.real_tokens, extra_len, cfg.max_len, max_output_len)
     longest = int(max_out.max())
     limits = set(max_out.tolist())  # steps at which some sentence may only end
     dtype = _score_dtype(encoded)
@@ -359,14 +492,14 @@ def beam_search(
         fin_scores.clone(),
         fin_log_probs.clone(),
     )
-    lp_longest = length_penalty(max_out.to(dtype), alpha)  # (B,)
+    lp_longest = length_penalty(max_out.to(dtype), alpha, penalty)  # (B,)
 
     for t in range(1, longest + 1):
         n_live = scores.size(0)
         last = tokens[:, :, t - 1].reshape(n_live * k)
-        log_probs = _next_log_probs(model, last, encoded, cache).view(n_live, k, vocab)
-        if t in limits:
-            log_probs = _only_eos(log_probs, max_out == t, cfg.eos_id)
+        at_limit = (max_out == t).repeat_interleave(k) if t in limits else None
+        log_probs = _next_log_probs(model, last, encoded, cache, rules, at_limit)
+        log_probs = log_probs.view(n_live, k, vocab)
         candidates = (scores[:, :, None] + log_probs).view(n_live, k * vocab)
         top_scores, top_index = candidates.topk(2 * k, dim=1)  # (N, 2K), best first
         parent, token = top_index // vocab, top_index % vocab
@@ -378,7 +511,7 @@ def beam_search(
             new_tokens = tokens.gather(1, parent[:, :k, None].expand(-1, -1, longest + 1))
             new_tokens = new_tokens[:, :, 1:].clone()  # (N, K, L) without bos
             new_tokens[:, :, t - 1] = cfg.eos_id
-            new_scores = top_scores[:, :k] / length_penalty(t, alpha)
+            new_scores = top_scores[:, :k] / length_penalty(t, alpha, penalty)
             new_scores = new_scores.masked_fill(~finishing, NEG_INF)
             pool_scores = torch.cat([fin_scores, new_scores], dim=1)  # (N, P + K)
             fin_scores, best = pool_scores.topk(n_keep, dim=1)
@@ -394,8 +527,17 @@ def beam_search(
         tokens[:, :, t] = token.gather(1, pick)
         scores = live_scores
 
-        best_possible = scores[:, 0] / lp_longest  # the best any live hypothesis can reach
-        done = (n_finished >= k) | (fin_scores[:, -1] >= best_possible) | (max_out <= t)
+        if exact:  # the best any live hypothesis can reach
+            best_possible = scores[:, 0] / lp_longest
+            settled = (n_finished >= k) | (fin_scores[:, -1] >= best_possible)
+        else:  # transformers' heuristic: needs K finished
+            lp_now = (
+                lp_longest
+                if early_stopping is EarlyStopping.NEVER
+                else length_penalty(t, alpha, penalty)
+            )
+            settled = (n_finished >= k) & (fin_scores[:, -1] >= scores[:, 0] / lp_now)
+        done = settled | (max_out <= t)
         parent_rows = (torch.arange(n_live, device=device)[:, None] * k + live_parent).view(-1)
         if not bool(done.any()):
             # Beams of one sentence share their cross-attention keys and values:
@@ -434,7 +576,7 @@ def beam_search(
                 Hypothesis(tokens=flat_tokens[b * n_keep + p], log_prob=lp, score=s)
                 for p, (s, lp) in enumerate(zip(row_scores, row_log_probs, strict=True))
                 if s > NEG_INF
-            ]
+            ][:nbest]
         )
     return results
 
@@ -446,24 +588,41 @@ def beam_search(
 class DecodeConfig:
     """How to search: beam search by default (section 6), greedy for beam 1, or sampling.
 
+    The defaults are the paper's (section 6). `aiayn.marian.MarianGeneration`
+    builds the one that reproduces `transformers`' generation for a Marian model.
+
     Attributes:
         beam: beam width K (1 = greedy search).
         alpha: length-penalty exponent of beam search.
         nbest: hypotheses returned per sentence (<= beam; 1 when sampling).
-        extra_len: the output may be this many tokens longer than the source.
+        extra_len: the output may be this many tokens longer than the source (None:
+            no source-relative limit).
         sampling: draw from the model's distribution instead of searching.
         temperature, top_k, top_p, seed: sampling options; see `sample`.
+        max_output_len: the longest output, eos included, whatever the source (None:
+            only `extra_len` and the model's `max_len` limit it).
+        length_penalty: the penalty's form, GNMT (the paper) or HF.
+        early_stopping: when beam search finishes a sentence; see `EarlyStopping`.
+        banned_ids: tokens never generated (pad and bos never are).
+        renormalize: renormalise log-probabilities after banning; see `TokenRules`.
+        free_forced_eos: eos forced at the longest output scores 0; see `TokenRules`.
     """
 
     beam: int = 4
     alpha: float = 0.6
     nbest: int = 1
-    extra_len: int = 50
+    extra_len: int | None = 50
     sampling: bool = False
     temperature: float = 1.0
     top_k: int | None = None
     top_p: float | None = None
     seed: int = 0
+    max_output_len: int | None = None
+    length_penalty: LengthPenalty = LengthPenalty.GNMT
+    early_stopping: EarlyStopping = EarlyStopping.EXACT
+    banned_ids: tuple[int, ...] = ()
+    renormalize: bool = False
+    free_forced_eos: bool = False
 
     def __post_init__(self) -> None:
         if self.beam < 1:
@@ -475,13 +634,31 @@ class DecodeConfig:
                 f"DecodeConfig.nbest must lie in [1, beam={self.beam}] (1 when sampling), "
                 f"got {self.nbest}"
             )
-        if self.extra_len < 0:
+        if self.extra_len is not None and self.extra_len < 0:
             raise ValueError(f"DecodeConfig.extra_len must be >= 0, got {self.extra_len}")
+        if self.max_output_len is not None and self.max_output_len < 1:
+            raise ValueError(f"DecodeConfig.max_output_len must be >= 1, got {self.max_output_len}")
         check_sampling(self.temperature, self.top_k, self.top_p)
+        # Accept the enums' values as strings (from JSON or a command line).
+        for name, kind in (("length_penalty", LengthPenalty), ("early_stopping", EarlyStopping)):
+            value = getattr(self, name)
+            try:
+                object.__setattr__(self, name, kind(value))
+            except ValueError:
+                choices = ", ".join(member.value for member in kind)
+                raise ValueError(
+                    f"DecodeConfig.{name} must be one of {choices}, got {value!r}"
+                ) from None
+        object.__setattr__(self, "banned_ids", tuple(int(i) for i in self.banned_ids))
+
+    @property
+    def rules(self) -> TokenRules:
+        return TokenRules(self.banned_ids, self.renormalize, self.free_forced_eos)
 
 
 def search(model: Decodable, src: Tensor, config: DecodeConfig) -> list[list[Hypothesis]]:
     """Decode a batch as `config` says: sampling, greedy (beam 1) or beam search."""
+    limits = {"max_output_len": config.max_output_len, "rules": config.rules}
     if config.sampling:
         return sample(
             model,
@@ -491,7 +668,18 @@ def search(model: Decodable, src: Tensor, config: DecodeConfig) -> list[list[Hyp
             config.top_k,
             config.top_p,
             config.seed,
+            **limits,
         )
     if config.beam == 1:
-        return greedy_search(model, src, config.extra_len)
-    return beam_search(model, src, config.beam, config.alpha, config.nbest, config.extra_len)
+        return greedy_search(model, src, config.extra_len, **limits)
+    return beam_search(
+        model,
+        src,
+        config.beam,
+        config.alpha,
+        config.nbest,
+        config.extra_len,
+        penalty=config.length_penalty,
+        early_stopping=config.early_stopping,
+        **limits,
+    )

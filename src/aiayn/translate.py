@@ -3,6 +3,12 @@
     translator = Translator.load("runs/base")          # or a .safetensors file
     translator.translate(["Ein Haus.", ""], beam=4, alpha=0.6)   # -> ["A house.", ""]
 
+A Marian / opus-mt model (a directory as `transformers` saves it) translates the
+same way, with its own tokenization and generation settings:
+
+    translator = Translator.from_marian("opus-mt-en-es")
+    translator.translate(["A house."])                   # beam, length penalty... from it
+
 Sentences are encoded, sorted by length and cut into batches of at most
 `max_tokens` source tokens (padding included), searched, and returned in input
 order. An empty (or blank) sentence gives an empty translation without running
@@ -12,6 +18,7 @@ a warning naming the sentence.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -23,6 +30,13 @@ from tqdm import tqdm
 
 from aiayn.checkpoint import TOKENIZER_FILE, load_model, resolve_weights
 from aiayn.data.tokenizer import Tokenizer
+from aiayn.marian import (
+    CONVERTED_FILE,
+    MarianTokenizer,
+    load_marian_model,
+    marian_generation,
+    read_converted_generation,
+)
 from aiayn.model import Transformer
 from aiayn.search import DecodeConfig, Hypothesis, search
 
@@ -97,10 +111,12 @@ class Translator:
 
     Args:
         model: the Transformer (put in eval mode on `device`).
-        tokenizer: the shared subword model it was trained with.
+        tokenizer: the shared subword model it was trained with (or a Marian one).
         device: where to run the search.
         dtype: the model's floating-point type there (e.g. torch.bfloat16 on a GPU);
             unchanged by default. Search scores are summed in float32 regardless.
+        decode: how `translate` searches unless told otherwise (default: the
+            paper's beam search, `DecodeConfig()`).
 
     Raises:
         ValueError: if the subword model's vocabulary or special ids do not match
@@ -110,9 +126,10 @@ class Translator:
     def __init__(
         self,
         model: Transformer,
-        tokenizer: Tokenizer,
+        tokenizer: Tokenizer | MarianTokenizer,
         device: str | torch.device = "cpu",
         dtype: torch.dtype | None = None,
+        decode: DecodeConfig | None = None,
     ) -> None:
         cfg = model.cfg
         source = f" ({tokenizer.path})" if tokenizer.path else ""
@@ -130,6 +147,7 @@ class Translator:
         self.device = torch.device(device)
         self.model = model.to(self.device, dtype=dtype).eval()
         self.tokenizer = tokenizer
+        self.decode = decode or DecodeConfig()
 
     @classmethod
     def load(
@@ -140,6 +158,10 @@ class Translator:
         dtype: torch.dtype | None = None,
     ) -> Translator:
         """Load a run directory (its best available checkpoint) or a weights file.
+
+        A directory written by `aiayn convert marian` (its `marian.json` next to the
+        weights) gets Marian's tokenization and generation settings, unless a
+        `tokenizer` is given.
 
         Args:
             run_or_checkpoint: a run directory, a checkpoint directory or a
@@ -153,18 +175,57 @@ class Translator:
             ValueError: if either is corrupt or they do not match.
         """
         weights = resolve_weights(run_or_checkpoint)
+        if tokenizer is None and (weights.parent / CONVERTED_FILE).is_file():
+            generation = read_converted_generation(weights.parent)
+            model = load_model(weights, device="cpu")
+            log.info("loaded %s with Marian tokenization", weights)
+            marian = MarianTokenizer(weights.parent)
+            return cls(model, marian, device, dtype, generation.decode_config())
         spm_path = Path(tokenizer) if tokenizer is not None else find_tokenizer(weights)
         model = load_model(weights, device="cpu")
         log.info("loaded %s with subword model %s", weights, spm_path)
         return cls(model, Tokenizer.load(spm_path), device, dtype)
 
+    @classmethod
+    def from_marian(
+        cls,
+        directory: str | Path,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype | None = None,
+        **overrides: Any,
+    ) -> Translator:
+        """A Marian / opus-mt directory as `transformers` saves it, run by aiayn.
+
+        Nothing is downloaded and `transformers` is not imported. `translate`
+        searches as `transformers`' `generate` would with the directory's settings
+        (beam, length penalty, max length, bad words; see `aiayn.marian`).
+
+        Args:
+            directory: holds config.json, the weights (safetensors or PyTorch),
+                source.spm, target.spm and vocab.json.
+            device, dtype: see the class docstring.
+            **overrides: `DecodeConfig` fields to set otherwise (beam, alpha, ...).
+
+        Raises:
+            FileNotFoundError: if a file is missing.
+            aiayn.marian.MarianFormatError: (a ValueError) naming a config field the
+                conversion does not cover.
+        """
+        model = load_marian_model(directory)
+        decode = marian_generation(directory).decode_config(**overrides)
+        return cls(model, MarianTokenizer(directory), device, dtype, decode)
+
     # ----- translating --------------------------------------------------------
+
+    def decode_config(self, **overrides: Any) -> DecodeConfig:
+        """This translator's default `DecodeConfig` with some fields set otherwise."""
+        return dataclasses.replace(self.decode, **overrides)
 
     def translate(
         self,
         sentences: Sequence[str],
-        beam: int = 4,
-        alpha: float = 0.6,
+        beam: int | None = None,
+        alpha: float | None = None,
         max_tokens: int = 4096,
         progress: bool = False,
         **options: Any,
@@ -173,13 +234,16 @@ class Translator:
 
         Args:
             sentences: source sentences (an empty one gives "").
-            beam: beam width (1 = greedy search).
-            alpha: length-penalty exponent.
+            beam: beam width (1 = greedy search); default: the translator's
+                (the paper's 4, or a Marian model's own).
+            alpha: length-penalty exponent; default: the translator's (0.6, or a
+                Marian model's length_penalty).
             max_tokens: source tokens per batch, padding included.
             progress: show a progress bar on stderr.
             **options: further `DecodeConfig` fields (extra_len, sampling, top_k, ...).
         """
-        config = DecodeConfig(beam=beam, alpha=alpha, **options)
+        given = {"beam": beam, "alpha": alpha}
+        config = self.decode_config(**{k: v for k, v in given.items() if v is not None}, **options)
         nbest = self.translate_nbest(sentences, config, max_tokens, progress)
         return [candidates[0].text if candidates else "" for candidates in nbest]
 
@@ -192,9 +256,9 @@ class Translator:
     ) -> list[list[Translation]]:
         """Up to `config.nbest` translations per sentence, best first, in input order.
 
-        An empty sentence gets an empty list.
+        An empty sentence gets an empty list. `config` defaults to the translator's.
         """
-        config = config or DecodeConfig()
+        config = config or self.decode
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         results: list[list[Translation]] = [[] for _ in sentences]

@@ -1,0 +1,46 @@
+"""Adam and the learning-rate schedule of section 5.3.
+
+    lrate = d_model^-0.5 * min(step_num^-0.5, step_num * warmup_steps^-1.5)
+
+"This corresponds to increasing the learning rate linearly for the first warmup_steps
+training steps, and decreasing it thereafter proportionally to the inverse square
+root of the step number." Here it is multiplied by `lr_scale` (1 in the paper).
+`step_num` counts updates from 1: the first update uses `lrate(1)`.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+from torch.optim import Adam, Optimizer
+from torch.optim.lr_scheduler import LambdaLR
+
+from aiayn.config import TrainConfig
+
+
+def inverse_sqrt_lr(step: int, d_model: int, warmup: int, lr_scale: float = 1.0) -> float:
+    """The learning rate of update number `step` (from 1), by the paper's formula."""
+    return lr_scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def build_optimizer(model: nn.Module, config: TrainConfig) -> Adam:
+    """Adam over all trainable parameters, with the config's betas and eps.
+
+    The base learning rate is 1: `build_scheduler` multiplies it by the schedule's
+    value at every step.
+    """
+    params = [p for p in model.parameters() if p.requires_grad]
+    return Adam(params, lr=1.0, betas=config.betas, eps=config.eps)
+
+
+def build_scheduler(optimizer: Optimizer, d_model: int, config: TrainConfig) -> LambdaLR:
+    """The warmup / inverse-square-root schedule as a `LambdaLR`.
+
+    Call `scheduler.step()` after each `optimizer.step()`. Its state (`state_dict`)
+    is the number of updates made; the formula itself is rebuilt from the config.
+    """
+
+    def factor(updates_done: int) -> float:
+        # LambdaLR passes the count of updates made so far; the next one is number +1
+        return inverse_sqrt_lr(updates_done + 1, d_model, config.warmup, config.lr_scale)
+
+    return LambdaLR(optimizer, factor)

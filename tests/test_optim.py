@@ -1,0 +1,55 @@
+"""The schedule of section 5.3, as the optimizer sees it."""
+
+import math
+
+import pytest
+import torch
+
+from aiayn.config import TrainConfig
+from aiayn.optim import build_optimizer, build_scheduler, inverse_sqrt_lr
+
+
+def formula(step: int, d_model: int, warmup: int) -> float:
+    return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+@pytest.mark.parametrize("lr_scale", [1.0, 2.0])
+def test_lr_of_update_n_is_the_formula_at_step_1_warmup_and_10x_warmup(lr_scale):
+    warmup, d_model = 40, 512
+    config = TrainConfig(warmup=warmup, lr_scale=lr_scale, max_steps=1)
+    model = torch.nn.Linear(2, 2)
+    optimizer = build_optimizer(model, config)
+    scheduler = build_scheduler(optimizer, d_model, config)
+    seen = {}
+    for step in range(1, 10 * warmup + 1):
+        seen[step] = optimizer.param_groups[0]["lr"]  # the rate update `step` uses
+        optimizer.step()
+        scheduler.step()
+    for step in (1, warmup, 10 * warmup):
+        assert math.isclose(seen[step], lr_scale * formula(step, d_model, warmup), rel_tol=1e-12)
+    assert max(seen, key=seen.get) == warmup  # the peak is at the end of warmup
+    assert math.isclose(inverse_sqrt_lr(4000, 512, 4000), 512**-0.5 * 4000**-0.5)
+
+
+def test_adam_hyperparameters_are_the_papers():
+    optimizer = build_optimizer(torch.nn.Linear(2, 2), TrainConfig(max_steps=1))
+    group = optimizer.param_groups[0]
+    assert group["betas"] == (0.9, 0.98) and group["eps"] == 1e-9
+
+
+def test_schedule_state_round_trips():
+    config = TrainConfig(warmup=10, max_steps=1)
+    model = torch.nn.Linear(2, 2)
+    optimizer = build_optimizer(model, config)
+    scheduler = build_scheduler(optimizer, 64, config)
+    for _ in range(7):
+        optimizer.step()
+        scheduler.step()
+    state = (optimizer.state_dict(), scheduler.state_dict())
+    optimizer2 = build_optimizer(model, config)
+    scheduler2 = build_scheduler(optimizer2, 64, config)
+    optimizer2.load_state_dict(state[0])
+    scheduler2.load_state_dict(state[1])
+    assert optimizer2.param_groups[0]["lr"] == optimizer.param_groups[0]["lr"]
+    optimizer.step(), scheduler.step(), optimizer2.step(), scheduler2.step()
+    assert optimizer2.param_groups[0]["lr"] == optimizer.param_groups[0]["lr"]
