@@ -119,9 +119,10 @@ def test_max_minutes_counts_cumulative_training_time(corpus, tmp_path):
     again = train_from_recipe(RECIPE, run, [*base, *quiet(max_minutes=0.002)], progress=False)
     assert (again.stopped, again.steps) == ("max_minutes", first.steps)
     assert again.last_valid_loss == first.last_valid_loss is not None
-    more = train_from_recipe(RECIPE, run, [*base, *quiet(max_minutes=0.004)], progress=False)
+    limit = first.train_minutes + 0.002  # the first run may overshoot 0.002 on a busy machine
+    more = train_from_recipe(RECIPE, run, [*base, *quiet(max_minutes=limit)], progress=False)
     assert more.stopped == "max_minutes" and more.steps > first.steps
-    assert more.train_minutes >= 0.004
+    assert more.train_minutes >= limit
 
 
 def test_max_epochs_stops_at_the_end_of_an_epoch(corpus, tmp_path):
@@ -256,6 +257,23 @@ def test_cli_train_then_average_end_to_end(corpus, tmp_path):
 @pytest.mark.parametrize("name", ["wmt14-en-de-base", "wmt14-en-de-big", "bible-en-es-cpu"])
 def test_shipped_recipes_load(name):
     recipe = load_recipe(RECIPE.parent / f"{name}.yaml")
-    assert recipe.train.warmup in (1000, 4000) and recipe.train.label_smoothing == 0.1
+    assert recipe.train.warmup in (400, 4000) and recipe.train.label_smoothing == 0.1
     cfg = recipe.model_config(8000, 0, 1, 2)
     assert cfg.vocab_size == 8000
+
+
+def test_auto_precision_follows_the_cpu(monkeypatch):
+    from aiayn.config import Precision
+    from aiayn.train import resolve_precision
+
+    cpu = torch.device("cpu")
+    for amx, avx512_bf16, expected in (
+        (True, False, Precision.BF16),
+        (False, True, Precision.BF16),
+        (False, False, Precision.FP32),
+    ):
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda v=amx: v)
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=avx512_bf16: v)
+        assert resolve_precision(Precision.AUTO, cpu) is expected
+    for fixed in (Precision.FP32, Precision.BF16, Precision.FP16):
+        assert resolve_precision(fixed, cpu) is fixed

@@ -240,6 +240,7 @@ class Precision(str, Enum):
     FP32 = "fp32"  # the CPU default
     BF16 = "bf16"  # autocast to bfloat16 (CUDA's default choice; weights stay fp32)
     FP16 = "fp16"  # autocast to float16 with a gradient scaler (CUDA only)
+    AUTO = "auto"  # bf16 where the hardware multiplies bf16 natively, else fp32
 
 
 @dataclass(frozen=True)
