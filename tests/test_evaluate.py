@@ -57,7 +57,7 @@ def test_cli_evaluate_writes_hypotheses_and_scores(tmp_path: Path) -> None:
     assert saved["bleu"] == sacrebleu.corpus_bleu(hyps, [refs]).score  # the same files
     assert saved["chrf"] == sacrebleu.corpus_chrf(hyps, [refs]).score
     assert "tokenized" in saved["tokenized_bleu_label"]
-    assert "BLEU|nrefs:1" in result.stdout or "nrefs:1" in result.stdout
+    assert f"BLEU {saved['bleu']:.2f} (nrefs:1|" in result.stdout and "chrF " in result.stdout
 
     usage = CliRunner().invoke(app, ["evaluate", str(run), "--src", str(src)])
     assert usage.exit_code == 1 and "--split NAME or both --src" in usage.stderr

@@ -54,8 +54,8 @@ class Scores:
     def summary(self) -> str:
         """Three lines for people: the signed figures first, the paper-style one labelled."""
         return (
-            f"{self.bleu_signature} = {self.bleu:.2f}\n"
-            f"{self.chrf_signature} = {self.chrf:.2f}\n"
+            f"BLEU {self.bleu:.2f} ({self.bleu_signature})\n"
+            f"chrF {self.chrf:.2f} ({self.chrf_signature})\n"
             f"{TOKENIZED_BLEU_LABEL} = {self.tokenized_bleu:.2f}"
         )
 
