@@ -62,29 +62,9 @@ def build(system: str, size: str):
         return model, loss
 
     if system == "hf":
-        from transformers import MarianConfig, MarianMTModel
+        from transformers import MarianMTModel
 
-        config = MarianConfig(
-            vocab_size=common.VOCAB,
-            decoder_vocab_size=common.VOCAB,
-            d_model=d,
-            encoder_layers=n_layers,
-            decoder_layers=n_layers,
-            encoder_attention_heads=heads,
-            decoder_attention_heads=heads,
-            encoder_ffn_dim=d_ff,
-            decoder_ffn_dim=d_ff,
-            max_position_embeddings=512,
-            activation_function="relu",
-            scale_embedding=True,
-            pad_token_id=common.PAD,
-            decoder_start_token_id=common.PAD,
-            eos_token_id=common.EOS,
-            dropout=0.1,
-            attention_dropout=0.0,
-            activation_dropout=0.0,
-        )
-        model = MarianMTModel(config)
+        model = MarianMTModel(common.marian_config(size))
 
         def loss(src, tgt):
             return model(input_ids=src, labels=tgt).loss

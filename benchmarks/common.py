@@ -38,13 +38,12 @@ def source_ids(batch: int, length: int, seed: int = 0) -> list[list[int]]:
     return [[rng.randint(2, VOCAB - 2) for _ in range(length - 1)] + [EOS] for _ in range(batch)]
 
 
-def save_random_marian(size: str, directory: Path, seed: int = 1234) -> Path:
-    """A random-weight MarianMTModel of one shape, saved with `save_pretrained`."""
-    import torch
-    from transformers import MarianConfig, MarianMTModel
+def marian_config(size: str):
+    """The `MarianConfig` of one benchmark shape: tied embeddings, decoder starting from pad."""
+    from transformers import MarianConfig
 
     shape = SHAPES[size]
-    config = MarianConfig(
+    return MarianConfig(
         vocab_size=VOCAB,
         decoder_vocab_size=VOCAB,
         d_model=shape["d_model"],
@@ -67,6 +66,14 @@ def save_random_marian(size: str, directory: Path, seed: int = 1234) -> Path:
         attention_dropout=0.0,
         activation_dropout=0.0,
     )
+
+
+def save_random_marian(size: str, directory: Path, seed: int = 1234) -> Path:
+    """A random-weight MarianMTModel of one shape, saved with `save_pretrained`."""
+    import torch
+    from transformers import MarianMTModel
+
+    config = marian_config(size)
     torch.manual_seed(seed)
     model = MarianMTModel(config).eval()
     with torch.no_grad():  # random biases, so that a mapping error cannot hide behind zeros
