@@ -398,9 +398,8 @@ def translate(
 
 def _split_files(run: Path, split: str) -> tuple[Path, Path]:
     """(source, reference) files of `split` in the corpus named by RUN/config.yaml."""
-    import yaml
-
     from aiayn.data.corpus import PreparedCorpus
+    from aiayn.train import load_recipe
 
     recipe = run / "config.yaml"
     if not recipe.is_file():
@@ -408,10 +407,7 @@ def _split_files(run: Path, split: str) -> tuple[Path, Path]:
             f"--split needs a run directory with a config.yaml; {recipe} is missing "
             "(give --src and --ref instead)"
         )
-    corpus = (yaml.safe_load(recipe.read_text(encoding="utf-8")) or {}).get("data", {})
-    if "corpus" not in corpus:
-        raise ValueError(f"{recipe} names no data.corpus")
-    return PreparedCorpus.load(corpus["corpus"]).files(split)
+    return PreparedCorpus.load(load_recipe(recipe).corpus).files(split)
 
 
 @app.command()
