@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.linear import Derived, Linear, affine, uses_autograd
+from aiayn.linear import Derived, Linear, cpu_inference, fast_linear, uses_autograd
 from aiayn.masks import causal_mask
 
 
@@ -259,10 +259,9 @@ class MultiHeadAttention(nn.Module):
         if uses_autograd(x, *weights, *biases):
             return F.linear(x, torch.cat(weights), torch.cat(biases) if biases else None)
         bias = self._qkv_bias.get(biases, lambda: torch.cat(biases)) if biases else None
-        if x.device.type == "cpu":  # W^T, stored (in, out): see aiayn.linear
-            weight_t = self._qkv_weight.get(weights, lambda: torch.cat(weights).t().contiguous())
-            return affine(x, weight_t, bias)
-        return F.linear(x, self._qkv_weight.get(weights, lambda: torch.cat(weights)), bias)
+        if cpu_inference(x, *weights):
+            return fast_linear(x, weights, bias, self._qkv_weight)
+        return F.linear(x, torch.cat(weights), bias)
 
     def _split_heads(self, x: Tensor, n_heads: int) -> Tensor:
         batch, length, _ = x.shape

@@ -32,10 +32,13 @@ class FeedForward(nn.Module):
         super().__init__()
         self.linear1 = Linear(d_model, d_ff)
         self.linear2 = Linear(d_ff, d_model)
+        self.relu = Activation(activation) is Activation.RELU
         self.activation = _ACTIVATIONS[Activation(activation)]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.linear2(self.activation(self.linear1(x)))  # (B, L, F) inside
+        if self.relu:  # fused into the first product where it is packed (aiayn.linear)
+            return self.linear2(self.linear1(x, relu=True))  # (B, L, F) inside
+        return self.linear2(self.activation(self.linear1(x)))
 
 
 class Residual(nn.Module):

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from aiayn.attention import KVCache, MultiHeadAttention
 from aiayn.config import ModelConfig, Positional
 from aiayn.layers import DecoderLayer, EncoderLayer, FeedForward
-from aiayn.linear import Derived, Linear, transposed_linear
+from aiayn.linear import Derived, Linear, inference_linear
 from aiayn.masks import key_mask, padding_mask
 from aiayn.positional import LearnedPositions, SinusoidalPositions
 
@@ -214,7 +214,7 @@ class Transformer(nn.Module):
             None if cfg.tie_output else Linear(cfg.d_model, cfg.vocab_size, bias=False)
         )
         self.output_bias = nn.Parameter(torch.zeros(cfg.vocab_size)) if cfg.output_bias else None
-        self._output_weight_t = Derived()  # the (D, V) transpose, for CPU inference
+        self._output_weight = Derived()  # the weight laid out for CPU inference (aiayn.linear)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -284,7 +284,7 @@ class Transformer(nn.Module):
             if self.output_proj is None
             else self.output_proj.weight
         )
-        return transposed_linear(hidden, weight, self.output_bias, self._output_weight_t)
+        return inference_linear(hidden, weight, self.output_bias, self._output_weight)
 
     def new_cache(self) -> KVCache:
         """An empty key/value cache for incremental decoding."""
