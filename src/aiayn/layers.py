@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from aiayn.attention import LayerKV, MultiHeadAttention
 from aiayn.config import Activation
+from aiayn.dropout import Dropout
 from aiayn.linear import Linear
 
 _ACTIVATIONS: dict[Activation, Callable[[Tensor], Tensor]] = {
@@ -47,7 +48,7 @@ class Residual(nn.Module):
     def __init__(self, d_model: int, dropout: float, norm_first: bool, eps: float) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(d_model, eps=eps)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.norm_first = norm_first
 
     def sublayer_input(self, x: Tensor) -> Tensor:

@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from aiayn.attention import KVCache, MultiHeadAttention
 from aiayn.config import ModelConfig, Positional
+from aiayn.dropout import Dropout
 from aiayn.layers import DecoderLayer, EncoderLayer, FeedForward
 from aiayn.linear import Derived, Linear, inference_linear
 from aiayn.masks import key_mask, padding_mask
@@ -57,7 +58,7 @@ class Embedding(nn.Module):
         super().__init__()
         self.tokens = tokens
         self.positions = positions
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.scale = math.sqrt(tokens.embedding_dim) if scale else 1.0
 
     def forward(self, ids: Tensor, offset: int = 0) -> Tensor:

@@ -1,0 +1,70 @@
+"""Dropout (section 5.4) with a faster random mask on the CPU.
+
+On the CPU `torch.nn.functional.dropout` draws its mask with `bernoulli_`, one
+double-precision uniform per element: about 6 ns each on the 2-core Xeon of the
+benchmarks, so the 17 dropouts of a small Transformer's forward pass cost 8% of a
+training step. Here every 64-bit word of the generator yields three 16-bit
+uniforms and an element is kept when its uniform is at least the threshold: 3x
+faster (32 x 30 x 256 elements: 0.63 ms against 1.85 ms).
+
+The drop probability becomes round(p * 65536) / 65536 (0.1 -> 0.100006) and
+kept elements are scaled by the inverse of the exact keep probability, so the
+expectation of the output is still the input. Masks come from PyTorch's global
+generator: `torch.manual_seed` and saved RNG states reproduce them. Other devices
+(CUDA's dropout is already fast) keep `F.dropout`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+_LEVELS = 1 << 16  # resolution of the drop probability
+_THREE_UNIFORMS = sys.byteorder == "little"  # the low three 16-bit chunks of each word
+
+
+def drop_probability(p: float) -> float:
+    """The probability the CPU mask actually drops with: p rounded to a multiple of 2^-16."""
+    return round(p * _LEVELS) / _LEVELS
+
+
+def keep_mask(shape: torch.Size | tuple[int, ...], p: float) -> Tensor:
+    """A bool CPU tensor, True with probability 1 - drop_probability(p) at each element."""
+    n = 1
+    for size in shape:
+        n *= size
+    words = torch.empty((n + 2) // 3, dtype=torch.int64).random_()  # 63 random bits each
+    uniforms = words.view(torch.int16).view(-1, 4)[:, :3]  # each in [-32768, 32767]
+    threshold = round(p * _LEVELS) - _LEVELS // 2
+    return (uniforms >= threshold).view(-1)[:n].view(shape)
+
+
+def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
+    """Zero each element with probability p and scale the rest by 1 / (1 - p) (in training)."""
+    if not training or p == 0.0:
+        return x
+    if x.device.type != "cpu" or not _THREE_UNIFORMS or p >= 1.0:
+        return F.dropout(x, p, training=True)
+    dropped = round(p * _LEVELS)
+    if dropped == 0:
+        return x
+    return (x * keep_mask(x.shape, p)).mul_(_LEVELS / (_LEVELS - dropped))
+
+
+class Dropout(nn.Module):
+    """`nn.Dropout` through `dropout` above (same argument, same train/eval behaviour)."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        super().__init__()
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"dropout probability must lie in [0, 1], got {p}")
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        return dropout(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
