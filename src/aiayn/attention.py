@@ -111,8 +111,9 @@ class LayerKV:
     `key` and `value` are (B, Hkv, L, D) tensors. A growing store keeps them as
     views of time-major (capacity, B, Hkv, D) buffers with room to grow, so that a
     step writes only its own keys and values instead of copying the whole prefix
-    (torch.cat would make decoding quadratic in copies), and `reorder` copies the
-    prefix once, into a second buffer, instead of twice. Assigning `key` and
+    (torch.cat would make decoding quadratic in copies). `reorder` copies only the
+    rows whose source differs while the number of rows stays (beam search's parents)
+    and, when the batch shrinks, the kept prefix once, into a second buffer. Assigning `key` and
     `value` directly is allowed; the buffers are then rebuilt on the next append.
     """
 
@@ -149,6 +150,17 @@ class LayerKV:
             return
         length = self.key.size(2)
         key_buffer, value_buffer, spare_key, spare_value = self._buffers
+        if key_buffer.size(1) == index.numel():  # same rows, permuted and repeated
+            # Copy only the rows that change (beam search: a third of them per step
+            # with random weights), gathering them before any is overwritten.
+            moved = (index != torch.arange(index.numel(), device=index.device)).nonzero()
+            if moved.numel() > 0:
+                moved = moved.squeeze(1)
+                source = index[moved]
+                for buffer in (key_buffer, value_buffer):
+                    prefix = buffer[:length]
+                    prefix.index_copy_(1, moved, prefix.index_select(1, source))
+            return
         if spare_key.size(1) != index.numel():  # the batch shrinks: new buffers
             shape = (spare_key.size(0), index.numel())
             spare_key = key_buffer.new_empty(shape + key_buffer.shape[2:])
