@@ -186,7 +186,9 @@ def _next_log_probs(
     logits = model.decode(last[:, None], encoded, cache)[:, -1]  # only the new position
     if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()  # sum log-probabilities in at least float32
-    log_probs = logits.log_softmax(dim=-1)
+    logits = logits.contiguous()  # a copy only if the model returned more positions
+    # In place (the logits are this step's own): no second (rows, V) tensor per step.
+    log_probs = torch.log_softmax(logits, dim=-1, out=logits)
     log_probs[:, cfg.pad_id] = NEG_INF
     log_probs[:, cfg.bos_id] = NEG_INF
     if rules.banned_ids:
@@ -501,8 +503,9 @@ def beam_search(
         last = tokens[:, :, t - 1].reshape(n_live * k)
         at_limit = (max_out == t).repeat_interleave(k) if t in limits else None
         log_probs = _next_log_probs(model, last, encoded, cache, rules, at_limit)
-        log_probs = log_probs.view(n_live, k, vocab)
-        candidates = (scores[:, :, None] + log_probs).view(n_live, k * vocab)
+        # In place: log_probs is this step's own tensor (and the largest of a step).
+        candidates = log_probs.view(n_live, k, vocab).add_(scores[:, :, None])
+        candidates = candidates.view(n_live, k * vocab)
         top_scores, top_index = candidates.topk(2 * k, dim=1)  # (N, 2K), best first
         parent, token = top_index // vocab, top_index % vocab
         ends = token == cfg.eos_id
