@@ -12,6 +12,10 @@ call, the encoder included. Systems take turns call by call (see `common`); the
 tables show medians and the median of the per-round ratios. Batch-1 rows give the
 latency of one sentence. "aiayn, 1-thread steps" runs the encoder with the same
 threads and each decoding step with one (`aiayn.threads.StepThreads`).
+
+On CPUs that multiply bfloat16 natively (AMX or AVX512-BF16) aiayn and Hugging
+Face also run with their weights cast to bfloat16 ("-bf16" systems; CTranslate2
+has no bfloat16 on the CPU); their "vs HF" ratio is against HF in bfloat16.
 """
 
 from __future__ import annotations
@@ -23,15 +27,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import common
+import torch
 
-SYSTEMS = ("aiayn", "aiayn-steps1", "hf", "ct2-fp32", "ct2-int8")
+import common
+from aiayn.train import has_native_bf16
+
+SYSTEMS = ("aiayn", "aiayn-steps1", "hf", "ct2-fp32", "ct2-int8", "aiayn-bf16", "hf-bf16")
+BF16_SYSTEMS = ("aiayn-bf16", "hf-bf16")
 LABELS = {
     "aiayn": "aiayn",
     "aiayn-steps1": "aiayn, 1-thread steps",
     "hf": "HF generate",
     "ct2-fp32": "CTranslate2 fp32",
     "ct2-int8": "CTranslate2 int8",
+    "aiayn-bf16": "aiayn bf16",
+    "hf-bf16": "HF generate bf16",
 }
 
 
@@ -56,7 +66,7 @@ class FixedLength:
         return logits
 
 
-def aiayn_runner(directory: Path, threads: int, step_threads: int | None):
+def aiayn_runner(directory: Path, threads: int, step_threads: int | None, bf16: bool = False):
     """aiayn's searches; with `step_threads`, the decoding steps use that many threads."""
     import torch
 
@@ -66,6 +76,8 @@ def aiayn_runner(directory: Path, threads: int, step_threads: int | None):
 
     common.set_threads(threads)
     model = load_marian_model(directory)
+    if bf16:
+        model = model.to(torch.bfloat16)
     if step_threads is not None:
         model = StepThreads(model, step_threads)
 
@@ -83,12 +95,14 @@ def aiayn_runner(directory: Path, threads: int, step_threads: int | None):
     return run
 
 
-def hf_runner(directory: Path, threads: int):
+def hf_runner(directory: Path, threads: int, bf16: bool = False):
     import torch
     from transformers import GenerationConfig, MarianMTModel
 
     common.set_threads(threads)
     model = MarianMTModel.from_pretrained(directory).eval()
+    if bf16:
+        model = model.to(torch.bfloat16)
     # generate() fills unset fields from model.generation_config, whose forced eos
     # would end every output one token early: clear it there.
     model.generation_config.forced_eos_token_id = None
@@ -147,9 +161,11 @@ def ct2_runner(directory: Path, threads: int, quantization: str):
 def worker(system: str, workdir: Path, size: str, threads: int) -> None:
     if system.startswith("aiayn"):
         step_threads = 1 if system == "aiayn-steps1" else None
-        run = aiayn_runner(workdir / f"marian-{size}", threads, step_threads)
-    elif system == "hf":
-        run = hf_runner(workdir / f"marian-{size}", threads)
+        run = aiayn_runner(
+            workdir / f"marian-{size}", threads, step_threads, system == "aiayn-bf16"
+        )
+    elif system.startswith("hf"):
+        run = hf_runner(workdir / f"marian-{size}", threads, system == "hf-bf16")
     else:
         quantization = system.split("-")[1]
         run = ct2_runner(workdir / f"ct2-{size}-{quantization}", threads, quantization)
@@ -205,10 +221,13 @@ def main() -> None:
         return worker(args.worker, args.workdir, args.size, args.threads)
     if args.tgt_len < args.src_len:
         parser.error("--tgt-len must be >= --src-len (aiayn's limit is source + extra_len)")
+    systems = args.systems.split(",")
     if args.quick:
         args.rounds = 3
-        args.systems = args.systems.replace(",ct2-int8", "")
-    systems = args.systems.split(",")
+        systems = [s for s in systems if s != "ct2-int8" and s not in BF16_SYSTEMS]
+    if not has_native_bf16(torch.device("cpu")) and any(s in BF16_SYSTEMS for s in systems):
+        print("no bf16 rows: this CPU has neither AMX nor AVX512-BF16", file=sys.stderr)
+        systems = [s for s in systems if s not in BF16_SYSTEMS]
     workdir = args.workdir or common.default_workdir()
     workdir.mkdir(parents=True, exist_ok=True)
     configs = [(beam, args.batch) for beam in map(int, args.beams.split(","))]
@@ -255,26 +274,25 @@ def main() -> None:
         for beam, batch in configs:
             config = (beam, batch)
             n_tokens = batch * args.tgt_len
-            reference = {
-                peer: [
-                    a / b for a, b in zip(times[peer, config], times["aiayn", config], strict=True)
-                ]
-                for peer in ("hf", "ct2-fp32")
-                if peer in systems and "aiayn" in systems
-            }
             for s in systems:
                 seconds = common.median(times[s, config])
-                same = None
-                if not s.startswith("aiayn") and "aiayn" in systems:
-                    same = agreement(
-                        outputs["aiayn", beam, batch], outputs[s, beam, batch], args.tgt_len - 1
-                    )
+                bf16 = s in BF16_SYSTEMS
+                # HF of the same precision; CTranslate2 in fp32 (it has no CPU bf16).
+                peers = {"hf": "hf-bf16" if bf16 else "hf", "ct2-fp32": "ct2-fp32"}
                 vs = {
-                    peer: common.median(
+                    column: common.median(
                         [a / b for a, b in zip(times[peer, config], times[s, config], strict=True)]
                     )
-                    for peer in reference
+                    for column, peer in peers.items()
+                    if peer in systems
                 }
+                # Outputs compared with aiayn of the same precision (aiayn bf16: with fp32).
+                same_as = "aiayn" if s == "aiayn-bf16" else "aiayn-bf16" if bf16 else "aiayn"
+                same = None
+                if s not in ("aiayn", "aiayn-steps1") and same_as in systems:
+                    same = agreement(
+                        outputs[same_as, beam, batch], outputs[s, beam, batch], args.tgt_len - 1
+                    )
                 record = dict(
                     size=size,
                     search="greedy" if beam == 1 else f"beam {beam}",
@@ -318,7 +336,7 @@ def main() -> None:
                 "ms/call",
                 "vs HF",
                 "vs CT2 fp32",
-                "same output as aiayn",
+                "same output as aiayn*",
             ],
             rows,
         )
@@ -326,6 +344,10 @@ def main() -> None:
     path = common.write_json(
         "decode",
         {"args": {k: str(v) for k, v in vars(args).items()}, "results": records},
+    )
+    print(
+        "\n*sentences whose tokens equal aiayn's at the same precision (aiayn bf16: "
+        "aiayn fp32's); bf16 rows' \"vs HF\" is against HF bf16."
     )
     print(f"\nwritten {path}")
 

@@ -8,6 +8,11 @@ zero_grad. The three models have the same shape (small: d_model 256, 3+3 layers,
 4 heads, d_ff 1024; base: 512, 6+6, 8, 2048; vocabulary 8000, one tied embedding
 matrix). Metric: target tokens/s = 32 x 30 / step time. Systems take turns step by
 step (see `common`); tables show medians and the median of the per-round ratios.
+
+On CPUs that multiply bfloat16 natively (AMX or AVX512-BF16) each system also runs
+its forward pass and loss under `torch.autocast("cpu", torch.bfloat16)` ("-bf16"
+systems, weights and optimizer in fp32); their ratios are against the peers in
+bf16.
 """
 
 from __future__ import annotations
@@ -20,10 +25,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import common
+import torch
 
-SYSTEMS = ("aiayn", "hf", "torch-nn")
+import common
+from aiayn.train import has_native_bf16
+
+FP32_SYSTEMS = ("aiayn", "hf", "torch-nn")
+BF16_SYSTEMS = tuple(f"{s}-bf16" for s in FP32_SYSTEMS)
+SYSTEMS = FP32_SYSTEMS + BF16_SYSTEMS
 LABELS = {"aiayn": "aiayn", "hf": "HF MarianMTModel", "torch-nn": "torch.nn.Transformer"}
+LABELS.update({f"{s}-bf16": f"{label}, bf16 autocast" for s, label in LABELS.items()})
 
 
 def build(system: str, size: str):
@@ -113,8 +124,13 @@ def worker(system: str, size: str, threads: int, batch: int, src_len: int, tgt_l
 
     common.set_threads(threads)
     torch.manual_seed(1234)
-    model, loss_fn = build(system, size)
+    model, fp32_loss = build(system.removesuffix("-bf16"), size)
     model.train()
+
+    def loss_fn(src, tgt):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=system.endswith("-bf16")):
+            return fp32_loss(src, tgt)
+
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.01
     )
@@ -171,9 +187,13 @@ def main() -> None:
     ]
     if args.worker:
         return worker(args.worker, args.size, args.threads, args.batch, args.src_len, args.tgt_len)
+    systems = args.systems.split(",")
     if args.quick:
         args.warmup, args.rounds = 2, 4
-    systems = args.systems.split(",")
+        systems = [s for s in systems if s not in BF16_SYSTEMS]
+    if not has_native_bf16(torch.device("cpu")) and any(s in BF16_SYSTEMS for s in systems):
+        print("no bf16 rows: this CPU has neither AMX nor AVX512-BF16", file=sys.stderr)
+        systems = [s for s in systems if s not in BF16_SYSTEMS]
     rows, records = [], []
     for size in args.sizes.split(","):
         workers = {
@@ -196,10 +216,13 @@ def main() -> None:
         n_tokens = args.batch * args.tgt_len
         for s in systems:
             seconds = common.median(times[s])
+            suffix = "-bf16" if s in BF16_SYSTEMS else ""  # peers of the same precision
             vs = {
-                peer: common.median([a / b for a, b in zip(times[peer], times[s], strict=True)])
+                peer: common.median(
+                    [a / b for a, b in zip(times[peer + suffix], times[s], strict=True)]
+                )
                 for peer in ("hf", "torch-nn")
-                if peer in systems
+                if peer + suffix in systems
             }
             record = dict(
                 size=size,
@@ -225,7 +248,7 @@ def main() -> None:
                 ]
             )
     print(
-        f"\nTraining step (fp32, fwd + bwd + AdamW), batch {args.batch} x {args.src_len} source / "
+        f"\nTraining step (fp32 or bf16 autocast, fwd + bwd + AdamW), batch {args.batch} x {args.src_len} source / "
         f"{args.tgt_len} target tokens, {args.threads} threads, median of {args.rounds} "
         f"interleaved steps; {common.machine()}\n"
     )

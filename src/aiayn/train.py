@@ -134,6 +134,14 @@ class BleuSet:
 # ----- the trainer ----------------------------------------------------------------------
 
 
+def has_native_bf16(device: torch.device) -> bool:
+    """Whether `device` multiplies bfloat16 in hardware (CUDA that supports it, AMX or
+    AVX512-BF16 CPUs); elsewhere bfloat16 is emulated and slower than float32."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()
+
+
 def resolve_precision(precision: Precision, device: torch.device) -> Precision:
     """`Precision.AUTO` made concrete for `device`; other precisions stay as they are.
 
@@ -144,11 +152,7 @@ def resolve_precision(precision: Precision, device: torch.device) -> Precision:
     """
     if precision is not Precision.AUTO:
         return precision
-    if device.type == "cuda":
-        native = torch.cuda.is_bf16_supported()
-    else:
-        native = torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()
-    chosen = Precision.BF16 if native else Precision.FP32
+    chosen = Precision.BF16 if has_native_bf16(device) else Precision.FP32
     log.info("precision auto -> %s on %s", chosen.value, device)
     return chosen
 
