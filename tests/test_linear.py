@@ -6,7 +6,7 @@ import torch.nn.functional as F
 
 import aiayn.linear
 from aiayn.attention import MultiHeadAttention
-from aiayn.linear import Linear
+from aiayn.linear import Linear, refresh_inference_weights
 
 # Both inference paths: the transposed weight (small weights) and oneDNN's packed
 # weight (every weight, with the threshold at 0; skipped where oneDNN is missing).
@@ -41,6 +41,33 @@ def test_inference_path_equals_f_linear_and_follows_in_place_updates(path):
         torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
         layer.load_state_dict({"weight": torch.ones(5, 6), "bias": torch.zeros(5)})
         torch.testing.assert_close(layer(x), x.sum(-1, keepdim=True).expand(2, 3, 5))
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_inference_after_an_optimizer_step_uses_the_new_weights(path, fused):
+    """Fused optimizers leave version counters alone; the step hook catches them."""
+    torch.manual_seed(0)
+    layer = Linear(6, 5)
+    optimizer = torch.optim.Adam(layer.parameters(), lr=0.1, fused=fused)
+    x = torch.randn(3, 6)
+    for _ in range(3):
+        with torch.inference_mode():
+            torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
+        layer(torch.randn(4, 6)).square().sum().backward()
+        optimizer.step()
+    with torch.inference_mode():
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
+
+
+def test_refresh_after_changes_through_data():
+    layer = Linear(6, 5)
+    x = torch.randn(3, 6)
+    with torch.inference_mode():
+        layer(x)
+    layer.weight.data.mul_(3.0)  # .data: no version bump
+    refresh_inference_weights()
+    with torch.inference_mode():
+        torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
 
 
 def test_inference_path_without_bias_on_a_non_contiguous_input(path):

@@ -37,6 +37,29 @@ def test_adam_hyperparameters_are_the_papers():
     assert group["betas"] == (0.9, 0.98) and group["eps"] == 1e-9
 
 
+def test_fused_adam_on_the_cpu_takes_the_steps_of_plain_adam():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 3))
+    reference = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 3))
+    reference.load_state_dict(model.state_dict())
+    config = TrainConfig(max_steps=1)
+    optimizer = build_optimizer(model, config)
+    assert optimizer.param_groups[0]["fused"] is True
+    plain = torch.optim.Adam(
+        reference.parameters(), lr=1.0, betas=config.betas, eps=config.eps, foreach=False
+    )
+    for group in (*optimizer.param_groups, *plain.param_groups):
+        group["lr"] = 1e-2
+    for _ in range(5):
+        x = torch.randn(4, 6)
+        for net, opt in ((model, optimizer), (reference, plain)):
+            opt.zero_grad()
+            net(x).square().sum().backward()
+            opt.step()
+    for fused_p, plain_p in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(fused_p, plain_p, rtol=1e-5, atol=1e-6)
+
+
 def test_schedule_state_round_trips():
     config = TrainConfig(warmup=10, max_steps=1)
     model = torch.nn.Linear(2, 2)

@@ -18,8 +18,12 @@ of 32 sentences), caches flushed: a 8000 x 512 weight 2.1 ms with F.linear, 1.7 
 transposed, 1.3 ms packed; 256 x 256: 68, 63 and 94 us.
 
 A copy is stale when a tensor it was made from has another storage or another
-version counter; every in-place update bumps that counter (optimizer steps,
-`load_state_dict`, `with torch.no_grad(): w.add_(...)`). Training (autograd
+version counter (every in-place update through the tensor bumps the counter:
+`load_state_dict`, `with torch.no_grad(): w.add_(...)`), or when any
+`torch.optim` optimizer has stepped since it was made: fused optimizers
+(`Adam(fused=True)`, aiayn's default) update parameters without bumping their
+counters. Weights changed behind both (through `.data`, or by a kernel outside
+`torch.optim`) need `refresh_inference_weights()`. Training (autograd
 recording), other devices, other dtypes (float64 in the exactness tests) and
 PyTorch builds without oneDNN use F.linear. The price: a model used for CPU
 inference holds each weight matrix twice.
@@ -32,10 +36,27 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 PACK_MIN_ELEMENTS = 1 << 20
 _FAST_DTYPES = (torch.float32, torch.bfloat16)
 _ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+_generation = 0  # bumped by every optimizer step: copies made before it are stale
+
+
+def refresh_inference_weights() -> None:
+    """Make every `Derived` copy stale (after changing weights behind PyTorch's back)."""
+    global _generation
+    _generation += 1
+
+
+def _after_optimizer_step(optimizer, args, kwargs) -> None:
+    refresh_inference_weights()
+
+
+register_optimizer_step_post_hook(_after_optimizer_step)
 
 
 class Derived:
@@ -46,7 +67,7 @@ class Derived:
         self._value: Tensor | None = None
 
     def get(self, sources: Sequence[Tensor], build: Callable[[], Tensor]) -> Tensor:
-        stamp = tuple((t.data_ptr(), t._version, t.dtype) for t in sources)
+        stamp = (_generation, *((t.data_ptr(), t._version, t.dtype) for t in sources))
         if stamp != self._stamp:
             with torch.no_grad():
                 self._value = build()
