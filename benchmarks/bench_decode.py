@@ -16,6 +16,12 @@ threads and each decoding step with one (`aiayn.threads.StepThreads`).
 On CPUs that multiply bfloat16 natively (AMX or AVX512-BF16) aiayn and Hugging
 Face also run with their weights cast to bfloat16 ("-bf16" systems; CTranslate2
 has no bfloat16 on the CPU); their "vs HF" ratio is against HF in bfloat16.
+
+`--device cuda` runs aiayn, HF and CTranslate2 on a GPU (bf16 rows where the card
+supports bf16); the rest is the same. The issue's GPU comparison, beam 4:
+
+    PYTHONPATH=src python benchmarks/bench_decode.py --device cuda --beams 4 \
+        --systems aiayn,hf,ct2-fp32,aiayn-bf16,hf-bf16
 """
 
 from __future__ import annotations
@@ -66,7 +72,9 @@ class FixedLength:
         return logits
 
 
-def aiayn_runner(directory: Path, threads: int, step_threads: int | None, bf16: bool = False):
+def aiayn_runner(
+    directory: Path, threads: int, step_threads: int | None, bf16: bool = False, device: str = "cpu"
+):
     """aiayn's searches; with `step_threads`, the decoding steps use that many threads."""
     import torch
 
@@ -75,14 +83,14 @@ def aiayn_runner(directory: Path, threads: int, step_threads: int | None, bf16: 
     from aiayn.threads import StepThreads
 
     common.set_threads(threads)
-    model = load_marian_model(directory)
+    model = load_marian_model(directory).to(device)
     if bf16:
         model = model.to(torch.bfloat16)
     if step_threads is not None:
         model = StepThreads(model, step_threads)
 
     def run(src: list[list[int]], beam: int, tgt_len: int) -> list[list[int]]:
-        ids = torch.tensor(src)
+        ids = torch.tensor(src, device=device)
         fixed = FixedLength(model, tgt_len)
         extra_len = tgt_len - len(src[0])  # the length limit is source + extra_len
         with torch.inference_mode():
@@ -95,12 +103,12 @@ def aiayn_runner(directory: Path, threads: int, step_threads: int | None, bf16: 
     return run
 
 
-def hf_runner(directory: Path, threads: int, bf16: bool = False):
+def hf_runner(directory: Path, threads: int, bf16: bool = False, device: str = "cpu"):
     import torch
     from transformers import GenerationConfig, MarianMTModel
 
     common.set_threads(threads)
-    model = MarianMTModel.from_pretrained(directory).eval()
+    model = MarianMTModel.from_pretrained(directory).eval().to(device)
     if bf16:
         model = model.to(torch.bfloat16)
     # generate() fills unset fields from model.generation_config, whose forced eos
@@ -132,12 +140,13 @@ def hf_runner(directory: Path, threads: int, bf16: bool = False):
     return run
 
 
-def ct2_runner(directory: Path, threads: int, quantization: str):
+def ct2_runner(directory: Path, threads: int, quantization: str, device: str = "cpu"):
     import ctranslate2
 
     translator = ctranslate2.Translator(
         str(directory),
-        device="cpu",
+        device="cuda" if device.startswith("cuda") else "cpu",
+        device_index=int(device.partition(":")[2] or 0),
         compute_type="int8" if quantization == "int8" else "float32",
         inter_threads=1,
         intra_threads=threads,
@@ -158,17 +167,17 @@ def ct2_runner(directory: Path, threads: int, quantization: str):
     return run
 
 
-def worker(system: str, workdir: Path, size: str, threads: int) -> None:
+def worker(system: str, workdir: Path, size: str, threads: int, device: str) -> None:
     if system.startswith("aiayn"):
         step_threads = 1 if system == "aiayn-steps1" else None
         run = aiayn_runner(
-            workdir / f"marian-{size}", threads, step_threads, system == "aiayn-bf16"
+            workdir / f"marian-{size}", threads, step_threads, system == "aiayn-bf16", device
         )
     elif system.startswith("hf"):
-        run = hf_runner(workdir / f"marian-{size}", threads, system == "hf-bf16")
+        run = hf_runner(workdir / f"marian-{size}", threads, system == "hf-bf16", device)
     else:
         quantization = system.split("-")[1]
-        run = ct2_runner(workdir / f"ct2-{size}-{quantization}", threads, quantization)
+        run = ct2_runner(workdir / f"ct2-{size}-{quantization}", threads, quantization, device)
 
     def handle(request):
         src = common.source_ids(request["batch"], request["src_len"])
@@ -210,6 +219,7 @@ def main() -> None:
     parser.add_argument("--src-len", type=int, default=30)
     parser.add_argument("--tgt-len", type=int, default=30)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--rounds", type=int, default=5, help="timed calls per system")
     parser.add_argument("--no-latency", action="store_true", help="skip the batch-1 rows")
     parser.add_argument("--quick", action="store_true", help="3 rounds, fp32 peers only")
@@ -218,15 +228,15 @@ def main() -> None:
     parser.add_argument("--size", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        return worker(args.worker, args.workdir, args.size, args.threads)
+        return worker(args.worker, args.workdir, args.size, args.threads, args.device)
     if args.tgt_len < args.src_len:
         parser.error("--tgt-len must be >= --src-len (aiayn's limit is source + extra_len)")
     systems = args.systems.split(",")
     if args.quick:
         args.rounds = 3
         systems = [s for s in systems if s != "ct2-int8" and s not in BF16_SYSTEMS]
-    if not has_native_bf16(torch.device("cpu")) and any(s in BF16_SYSTEMS for s in systems):
-        print("no bf16 rows: this CPU has neither AMX nor AVX512-BF16", file=sys.stderr)
+    if not has_native_bf16(torch.device(args.device)) and any(s in BF16_SYSTEMS for s in systems):
+        print(f"no bf16 rows: {args.device} does not multiply bf16 natively", file=sys.stderr)
         systems = [s for s in systems if s not in BF16_SYSTEMS]
     workdir = args.workdir or common.default_workdir()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -241,7 +251,10 @@ def main() -> None:
             s: common.Worker(
                 __file__,
                 s,
-                ["--workdir", str(workdir), "--size", size, "--threads", str(args.threads)],
+                [
+                    *("--workdir", str(workdir), "--size", size),
+                    *("--threads", str(args.threads), "--device", args.device),
+                ],
                 args.threads,
             )
             for s in systems
@@ -323,7 +336,7 @@ def main() -> None:
     print(
         f"\nDecoding, {args.src_len} source tokens -> exactly {args.tgt_len} target tokens, "
         f"{args.threads} threads, median of {args.rounds} interleaved calls; "
-        f"{common.machine()}\n"
+        f"{common.device_name(args.device)}\n"
     )
     print(
         common.table(

@@ -14,6 +14,15 @@ On CPUs that multiply bfloat16 natively (AMX or AVX512-BF16) each system also ru
 its forward pass and loss under `torch.autocast("cpu", torch.bfloat16)` ("-bf16"
 systems, weights and optimizer in fp32); their ratios are against the peers in
 bf16.
+
+On a GPU (`--device cuda`; the shapes include "big") the same steps run on the card,
+timed between `torch.cuda.synchronize()` calls. Every worker counts its step's
+FLOPs once (`torch.utils.flop_counter`, forward and backward) and the table gives
+model TFLOP/s and, for known cards, MFU against the dense bf16 peak. The issue's
+GPU setting, ~25k target tokens per step in bf16:
+
+    PYTHONPATH=src python benchmarks/bench_train.py --device cuda --sizes base,big \
+        --systems aiayn-bf16,hf-bf16,torch-nn-bf16 --batch 800 --src-len 32 --tgt-len 32
 """
 
 from __future__ import annotations
@@ -40,7 +49,6 @@ LABELS.update({f"{s}-bf16": f"{label}, bf16 autocast" for s, label in LABELS.ite
 
 def build(system: str, size: str):
     """(model, loss(src, tgt)) for one system; tgt ends with eos, the decoder starts from pad."""
-    import torch
     import torch.nn.functional as F
     from torch import nn
 
@@ -105,7 +113,7 @@ def build(system: str, size: str):
 
         def forward(self, src, tgt_in):
             length = tgt_in.size(1)
-            causal = nn.Transformer.generate_square_subsequent_mask(length)
+            causal = nn.Transformer.generate_square_subsequent_mask(length, device=src.device)
             hidden = self.transformer(
                 self.embed(src), self.embed(tgt_in), tgt_mask=causal, tgt_is_causal=True
             )
@@ -120,16 +128,19 @@ def build(system: str, size: str):
     return model, loss
 
 
-def worker(system: str, size: str, threads: int, batch: int, src_len: int, tgt_len: int) -> None:
-    import torch
+def worker(
+    system: str, size: str, threads: int, batch: int, src_len: int, tgt_len: int, device: str
+) -> None:
+    from torch.utils.flop_counter import FlopCounterMode
 
     common.set_threads(threads)
     torch.manual_seed(1234)
     model, fp32_loss = build(system.removesuffix("-bf16"), size)
-    model.train()
+    model.to(device).train()
+    device_type = torch.device(device).type
 
     def loss_fn(src, tgt):
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=system.endswith("-bf16")):
+        with torch.autocast(device_type, dtype=torch.bfloat16, enabled=system.endswith("-bf16")):
             return fp32_loss(src, tgt)
 
     optimizer = torch.optim.AdamW(
@@ -137,26 +148,38 @@ def worker(system: str, size: str, threads: int, batch: int, src_len: int, tgt_l
     )
     batches = [
         (
-            torch.tensor(common.source_ids(batch, src_len, seed=2 * i)),
-            torch.tensor(common.source_ids(batch, tgt_len, seed=2 * i + 1)),
+            torch.tensor(common.source_ids(batch, src_len, seed=2 * i), device=device),
+            torch.tensor(common.source_ids(batch, tgt_len, seed=2 * i + 1), device=device),
         )
         for i in range(4)
     ]
-    state = {"step": 0}
+    state = {"step": 0, "flops": None}
+
+    def sync() -> None:
+        if device_type == "cuda":
+            torch.cuda.synchronize(device)
 
     def handle(request):
         src, tgt = batches[state["step"] % len(batches)]
         state["step"] += 1
+        if state["flops"] is None:  # forward and backward, counted once (not timed)
+            with FlopCounterMode(display=False) as counter:
+                loss_fn(src, tgt).backward()
+            optimizer.zero_grad(set_to_none=True)
+            state["flops"] = counter.get_total_flops()
+        sync()
         start = time.perf_counter()
         loss = loss_fn(src, tgt)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         value = loss.item()
+        sync()
         return {
             "seconds": time.perf_counter() - start,
             "loss": value,
             "params": sum(p.numel() for p in model.parameters()),
+            "flops": state["flops"],
         }
 
     common.serve(handle)
@@ -173,6 +196,10 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=8, help="timed steps per system")
     parser.add_argument("--quick", action="store_true", help="2 warm-up and 4 timed steps")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
+    parser.add_argument(
+        "--peak-tflops", type=float, help="dense bf16 peak for MFU (default: known cards)"
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--size", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -185,15 +212,26 @@ def main() -> None:
         str(args.src_len),
         "--tgt-len",
         str(args.tgt_len),
+        "--device",
+        args.device,
     ]
     if args.worker:
-        return worker(args.worker, args.size, args.threads, args.batch, args.src_len, args.tgt_len)
+        return worker(
+            args.worker,
+            args.size,
+            args.threads,
+            args.batch,
+            args.src_len,
+            args.tgt_len,
+            args.device,
+        )
+    peak = args.peak_tflops or common.peak_bf16_tflops(args.device)
     systems = args.systems.split(",")
     if args.quick:
         args.warmup, args.rounds = 2, 4
         systems = [s for s in systems if s not in BF16_SYSTEMS]
-    if not has_native_bf16(torch.device("cpu")) and any(s in BF16_SYSTEMS for s in systems):
-        print("no bf16 rows: this CPU has neither AMX nor AVX512-BF16", file=sys.stderr)
+    if not has_native_bf16(torch.device(args.device)) and any(s in BF16_SYSTEMS for s in systems):
+        print(f"no bf16 rows: {args.device} does not multiply bf16 natively", file=sys.stderr)
         systems = [s for s in systems if s not in BF16_SYSTEMS]
     rows, records = [], []
     for size in args.sizes.split(","):
@@ -225,14 +263,19 @@ def main() -> None:
                 for peer in ("hf", "torch-nn")
                 if peer + suffix in systems
             }
+            tflops = replies[s]["flops"] / seconds / 1e12  # model FLOPs (fwd + bwd) per second
             record = dict(
                 size=size,
                 system=s,
+                device=args.device,
                 params=replies[s]["params"],
                 tokens_per_s=n_tokens / seconds,
                 ms_per_step=1000 * seconds,
                 times_s=times[s],
                 last_loss=replies[s]["loss"],
+                flops_per_step=replies[s]["flops"],
+                model_tflops=tflops,
+                mfu=None if peak is None else tflops / peak,
                 speedup_vs_hf=vs.get("hf"),
                 speedup_vs_torch_nn=vs.get("torch-nn"),
             )
@@ -244,20 +287,22 @@ def main() -> None:
                     f"{record['params'] / 1e6:.2f}M",
                     record["tokens_per_s"],
                     record["ms_per_step"],
+                    f"{tflops:.3g}",
+                    "" if peak is None else f"{100 * tflops / peak:.1f}%",
                     "" if vs.get("hf") is None else f"{vs['hf']:.2f}x",
                     "" if vs.get("torch-nn") is None else f"{vs['torch-nn']:.2f}x",
                 ]
             )
     print(
-        f"\nTraining step (fp32 or bf16 autocast, fwd + bwd + fused AdamW), batch {args.batch} x {args.src_len} source / "
-        f"{args.tgt_len} target tokens, {args.threads} threads, median of {args.rounds} "
-        f"interleaved steps; {common.machine()}\n"
+        f"\nTraining step (fp32 or bf16 autocast, fwd + bwd + fused AdamW), batch "
+        f"{args.batch} x {args.src_len} source / {args.tgt_len} target tokens, "
+        f"{args.threads} threads, median of {args.rounds} interleaved steps; "
+        f"{common.device_name(args.device)}"
+        + ("" if peak is None else f", MFU against {peak:g} dense bf16 TFLOP/s")
+        + "\n"
     )
-    print(
-        common.table(
-            ["shape", "system", "params", "tgt tok/s", "ms/step", "vs HF", "vs torch.nn"], rows
-        )
-    )
+    headers = ["shape", "system", "params", "tgt tok/s", "ms/step", "TFLOP/s", "MFU"]
+    print(common.table([*headers, "vs HF", "vs torch.nn"], rows))
     path = common.write_json(
         "train", {"args": {k: str(v) for k, v in vars(args).items()}, "results": records}
     )

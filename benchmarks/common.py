@@ -26,7 +26,10 @@ EOS = 0
 SHAPES = {
     "small": dict(d_model=256, layers=3, heads=4, ffn=1024),
     "base": dict(d_model=512, layers=6, heads=8, ffn=2048),
+    "big": dict(d_model=1024, layers=6, heads=16, ffn=4096),
 }
+# Dense bf16 peak of the GPUs we may be lent, TFLOP/s (vendor data sheets), for MFU.
+PEAK_BF16_TFLOPS = {"H100 80GB HBM3": 989.4, "H100 PCIe": 756.0, "H200": 989.4, "A100": 312.0}
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -195,6 +198,23 @@ def machine() -> str:
     except OSError:
         pass
     return f"{model}, {os.cpu_count()} cores"
+
+
+def device_name(device: str) -> str:
+    """The machine's CPU, or the CUDA device's name."""
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.get_device_name(torch.device(device))
+    return machine()
+
+
+def peak_bf16_tflops(device: str) -> float | None:
+    """The dense bf16 peak of a known CUDA device (None for the CPU or an unknown card)."""
+    if not device.startswith("cuda"):
+        return None
+    name = device_name(device)
+    return next((peak for key, peak in PEAK_BF16_TFLOPS.items() if key in name), None)
 
 
 def versions() -> dict[str, str]:
