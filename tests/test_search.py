@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import Tensor
 
+import aiayn.search
 from aiayn import ModelConfig, Transformer
 from aiayn.attention import KVCache, LayerKV
 from aiayn.model import EncoderOutput
@@ -24,6 +25,7 @@ from aiayn.search import (
     max_output_lengths,
     sample,
     search,
+    top_candidates,
 )
 
 PAD, BOS, EOS, A, B = 0, 1, 2, 3, 4
@@ -355,3 +357,30 @@ def test_bad_options_are_clear_errors() -> None:
     config = DecodeConfig(length_penalty="hf", early_stopping="never", banned_ids=[5])
     assert config.length_penalty is LengthPenalty.HF and config.banned_ids == (5,)
     assert config.early_stopping is EarlyStopping.NEVER
+
+
+@pytest.mark.parametrize("width", [32_000, 148_000, 20_011])  # 20,011 is prime: plain topk
+def test_top_candidates_equal_topk(width: int) -> None:
+    torch.manual_seed(0)
+    scores = torch.randn(5, width)
+    scores[1, : width // 2] = NEVER  # banned tokens and dead beams
+    for n in (2, 8):
+        values, index = top_candidates(scores, n)
+        expected_values, expected_index = scores.topk(n, dim=1)
+        assert torch.equal(values, expected_values) and torch.equal(index, expected_index)
+
+
+def test_beam_search_over_a_large_vocabulary_takes_the_chunked_path_unchanged(monkeypatch) -> None:
+    model = _peaky_model(8000, seed=3, dtype=torch.float32)
+    src = torch.randint(3, 8000, (3, 7))
+    src[:, -1] = EOS
+    fast = beam_search(model, src, beam=4, extra_len=5)
+    calls = []
+
+    def plain_topk(scores: Tensor, n: int):
+        calls.append(scores.shape)
+        return scores.topk(n, dim=1)
+
+    monkeypatch.setattr(aiayn.search, "top_candidates", plain_topk)
+    assert beam_search(model, src, beam=4, extra_len=5) == fast
+    assert calls and calls[0][1] == 4 * 8000  # the chunked path was the one replaced
