@@ -24,6 +24,7 @@ PATHS = [
 def path(request, monkeypatch):
     if request.param is not None:
         monkeypatch.setattr(aiayn.linear, "PACK_MIN_ELEMENTS", request.param)
+        monkeypatch.setattr(aiayn.linear, "PACK_MIN_ROWS", request.param)
     return request.param
 
 
@@ -36,6 +37,8 @@ def test_inference_path_equals_f_linear_and_follows_in_place_updates(path):
         torch.testing.assert_close(
             layer(x, relu=True), F.relu(F.linear(x, layer.weight, layer.bias))
         )
+    packed = layer._fast_weight.packed._value
+    assert (packed is not None) == (path == 0)  # the path under test ran
     with torch.no_grad():
         layer.weight.mul_(2.0)  # an optimizer step or load_state_dict changes it in place
         torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
@@ -104,7 +107,8 @@ def test_float64_and_training_take_f_linear():
     x = torch.randn(2, 4, dtype=torch.float64)
     with torch.inference_mode():
         assert torch.equal(layer(x), F.linear(x, layer.weight, layer.bias))
-    assert layer._fast_weight._value is None  # nothing laid out for float64
+    assert layer._fast_weight.transposed._value is None  # nothing laid out for float64
+    assert layer._fast_weight.packed._value is None
 
 
 def test_training_path_gives_the_gradients_of_nn_linear():
@@ -126,3 +130,19 @@ def test_frozen_weights_with_an_input_that_needs_gradients(path):
         layer(torch.randn(2, 4))  # lays out the weight as an inference tensor
     layer(x).sum().backward()
     torch.testing.assert_close(x.grad, layer.weight.sum(0).expand(2, 4))
+
+
+@pytest.mark.skipif(not aiayn.linear._ONEDNN, reason="PyTorch built without oneDNN")
+def test_a_large_weight_is_packed_for_many_rows_and_transposed_for_few(monkeypatch):
+    monkeypatch.setattr(aiayn.linear, "PACK_MIN_ELEMENTS", 30)
+    torch.manual_seed(0)
+    layer = Linear(6, 5)  # 30 elements: large, under the patched threshold
+    few, many = torch.randn(2, 6), torch.randn(aiayn.linear.PACK_MIN_ROWS, 6)
+    with torch.inference_mode():
+        torch.testing.assert_close(layer(few), F.linear(few, layer.weight, layer.bias))
+        assert layer._fast_weight.packed._value is None
+        torch.testing.assert_close(layer(many), F.linear(many, layer.weight, layer.bias))
+        assert layer._fast_weight.packed._value is not None
+        transposed = layer._fast_weight.transposed._value
+        layer(few)  # both layouts are kept: alternating row counts rebuild nothing
+        assert layer._fast_weight.transposed._value is transposed

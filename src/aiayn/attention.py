@@ -19,7 +19,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.linear import Derived, Linear, cpu_inference, fast_linear, uses_autograd
+from aiayn.linear import (
+    Derived,
+    InferenceWeights,
+    Linear,
+    cpu_inference,
+    fast_linear,
+    uses_autograd,
+)
 from aiayn.masks import causal_mask
 
 
@@ -256,7 +263,7 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = Linear(d_model, n_kv_heads * d_k, bias=bias)
         self.v_proj = Linear(d_model, n_kv_heads * d_v, bias=bias)
         self.out_proj = Linear(n_heads * d_v, d_model, bias=bias)  # W^O: (h d_v) x d_model
-        self._qkv_weight, self._qkv_bias = Derived(), Derived()
+        self._qkv_weight, self._qkv_bias = InferenceWeights(), Derived()
 
     def _project_qkv(self, x: Tensor) -> Tensor:
         """x [W^Q W^K W^V]^T + [b^Q b^K b^V]: self-attention's three projections in one matmul.

@@ -5,17 +5,20 @@ multiplies by a copy of its weight made once, in the layout the fastest kernel
 wants, and made again only when the weight changes:
 
 - Large weights (at least `PACK_MIN_ELEMENTS`: the output projection, the FFN of
-  the base model) are packed by oneDNN into its blocked layout
+  the base model) multiplied by at least `PACK_MIN_ROWS` rows are packed by
+  oneDNN into its blocked layout
   (`torch.ops.mkldnn`, the primitive `torch.compile` uses for frozen linear
   layers); the bias and an optional ReLU are applied inside the kernel. A general
   matrix product instead re-packs W at every call, which for the few-row products
   of incremental decoding costs as much as the multiplication.
-- Smaller weights are stored transposed, (in, out) contiguous, for MKL's sgemm:
-  oneDNN's fixed cost per call (~15 us) exceeds what packing saves there.
+- Otherwise the weight is stored transposed, (in, out) contiguous, for MKL's
+  sgemm: oneDNN's fixed cost per call (~15 us) exceeds what packing saves for
+  small weights, and MKL's matrix-vector kernels win for a few rows.
 
 Measured on the 2-core AVX-512 Xeon of the benchmarks, 32 rows (one decoding step
 of 32 sentences), caches flushed: a 8000 x 512 weight 2.1 ms with F.linear, 1.7 ms
-transposed, 1.3 ms packed; 256 x 256: 68, 63 and 94 us.
+transposed, 1.3 ms packed; 256 x 256: 68, 63 and 94 us. One row (one sentence)
+times 8000 x 512: 314 us with F.linear, 283 transposed, 357 packed.
 
 A copy is stale when a tensor it was made from has another storage or another
 version counter (every in-place update through the tensor bumps the counter:
@@ -26,7 +29,8 @@ counters. Weights changed behind both (through `.data`, or by a kernel outside
 `torch.optim`) need `refresh_inference_weights()`. Training (autograd
 recording), other devices, other dtypes (float64 in the exactness tests) and
 PyTorch builds without oneDNN use F.linear. The price: a model used for CPU
-inference holds each weight matrix twice.
+inference holds each weight matrix twice (a large one three times, when it is
+used with both few and many rows).
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-PACK_MIN_ELEMENTS = 1 << 20
+PACK_MIN_ELEMENTS = 1 << 20  # weights from this size may be packed by oneDNN...
+PACK_MIN_ROWS = 16  # ...when multiplied by this many rows or more
 _FAST_DTYPES = (torch.float32, torch.bfloat16)
 _ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
@@ -75,6 +80,14 @@ class Derived:
         return self._value
 
 
+class InferenceWeights:
+    """The two layouts of one weight (or stack of weights) for CPU inference."""
+
+    def __init__(self) -> None:
+        self.transposed = Derived()
+        self.packed = Derived()
+
+
 def uses_autograd(*params: Tensor | None) -> bool:
     return torch.is_grad_enabled() and any(p is not None and p.requires_grad for p in params)
 
@@ -93,7 +106,7 @@ def fast_linear(
     x: Tensor,
     weights: Sequence[Tensor],
     bias: Tensor | None,
-    cache: Derived,
+    cache: InferenceWeights,
     relu: bool = False,
 ) -> Tensor:
     """x [W_1; W_2; ...]^T + b, then ReLU if asked, where `cpu_inference` holds.
@@ -102,11 +115,13 @@ def fast_linear(
     W^Q, W^K, W^V: one product instead of three). See the module for the paths.
     """
     out_features = sum(w.size(0) for w in weights)
-    if _ONEDNN and out_features * weights[0].size(1) >= PACK_MIN_ELEMENTS:
-        packed = cache.get(weights, lambda: _onednn_pack(_stack(weights)))
+    n_rows = x.numel() // x.size(-1) if x.size(-1) else 0
+    large = out_features * weights[0].size(1) >= PACK_MIN_ELEMENTS
+    if _ONEDNN and large and n_rows >= PACK_MIN_ROWS:
+        packed = cache.packed.get(weights, lambda: _onednn_pack(_stack(weights)))
         attr = "relu" if relu else "none"
         return torch.ops.mkldnn._linear_pointwise(x, packed, bias, attr, [], "")
-    weight_t = cache.get(weights, lambda: _stack(weights).t().contiguous())
+    weight_t = cache.transposed.get(weights, lambda: _stack(weights).t().contiguous())
     rows = x.reshape(-1, x.size(-1))
     out = rows @ weight_t if bias is None else torch.addmm(bias, rows, weight_t)
     out = out.view(*x.shape[:-1], out_features)
@@ -122,7 +137,7 @@ def _onednn_pack(weight: Tensor) -> Tensor:
 
 
 def inference_linear(
-    x: Tensor, weight: Tensor, bias: Tensor | None, cache: Derived, relu: bool = False
+    x: Tensor, weight: Tensor, bias: Tensor | None, cache: InferenceWeights, relu: bool = False
 ) -> Tensor:
     """F.linear(x, weight, bias) (then ReLU if asked), faster at CPU inference (see the module)."""
     if cpu_inference(x, weight, bias):
@@ -136,7 +151,7 @@ class Linear(nn.Linear):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._fast_weight = Derived()
+        self._fast_weight = InferenceWeights()
 
     def forward(self, x: Tensor, relu: bool = False) -> Tensor:
         """x W^T + b, followed by ReLU when `relu` (fused into the kernel where packed)."""

@@ -23,7 +23,7 @@ from aiayn.attention import KVCache, MultiHeadAttention
 from aiayn.config import ModelConfig, Positional
 from aiayn.dropout import Dropout
 from aiayn.layers import DecoderLayer, EncoderLayer, FeedForward
-from aiayn.linear import Derived, Linear, inference_linear
+from aiayn.linear import InferenceWeights, Linear, inference_linear
 from aiayn.masks import key_mask, padding_mask
 from aiayn.positional import LearnedPositions, SinusoidalPositions
 
@@ -215,7 +215,7 @@ class Transformer(nn.Module):
             None if cfg.tie_output else Linear(cfg.d_model, cfg.vocab_size, bias=False)
         )
         self.output_bias = nn.Parameter(torch.zeros(cfg.vocab_size)) if cfg.output_bias else None
-        self._output_weight = Derived()  # the weight laid out for CPU inference (aiayn.linear)
+        self._output_weight = InferenceWeights()  # laid out for CPU inference (aiayn.linear)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
