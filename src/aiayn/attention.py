@@ -119,9 +119,10 @@ class LayerKV:
     views of time-major (capacity, B, Hkv, D) buffers with room to grow, so that a
     step writes only its own keys and values instead of copying the whole prefix
     (torch.cat would make decoding quadratic in copies). `reorder` copies only the
-    rows whose source differs while the number of rows stays (beam search's parents)
-    and, when the batch shrinks, the kept prefix once, into a second buffer. Assigning `key` and
-    `value` directly is allowed; the buffers are then rebuilt on the next append.
+    rows whose source differs while the number of rows stays (beam search's
+    parents) and, when the batch shrinks, the kept prefix once, into a second
+    buffer. Assigning `key` and `value` directly is allowed; the buffers are then
+    rebuilt on the next append.
     """
 
     def __init__(self, static: bool, key: Tensor | None = None, value: Tensor | None = None):

@@ -16,6 +16,7 @@ generator: `torch.manual_seed` and saved RNG states reproduce them. Other device
 
 from __future__ import annotations
 
+import math
 import sys
 
 import torch
@@ -26,19 +27,22 @@ _LEVELS = 1 << 16  # resolution of the drop probability
 _THREE_UNIFORMS = sys.byteorder == "little"  # the low three 16-bit chunks of each word
 
 
+def _dropped_levels(p: float) -> int:
+    """p in units of 2^-16, rounded: the mask drops with probability this / 2^16."""
+    return round(p * _LEVELS)
+
+
 def drop_probability(p: float) -> float:
     """The probability the CPU mask actually drops with: p rounded to a multiple of 2^-16."""
-    return round(p * _LEVELS) / _LEVELS
+    return _dropped_levels(p) / _LEVELS
 
 
 def keep_mask(shape: torch.Size | tuple[int, ...], p: float) -> Tensor:
     """A bool CPU tensor, True with probability 1 - drop_probability(p) at each element."""
-    n = 1
-    for size in shape:
-        n *= size
+    n = math.prod(shape)
     words = torch.empty((n + 2) // 3, dtype=torch.int64).random_()  # 63 random bits each
     uniforms = words.view(torch.int16).view(-1, 4)[:, :3]  # each in [-32768, 32767]
-    threshold = round(p * _LEVELS) - _LEVELS // 2
+    threshold = _dropped_levels(p) - _LEVELS // 2
     return (uniforms >= threshold).view(-1)[:n].view(shape)
 
 
@@ -48,7 +52,7 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
         return x
     if x.device.type != "cpu" or not _THREE_UNIFORMS or p >= 1.0:
         return F.dropout(x, p, training=True)
-    dropped = round(p * _LEVELS)
+    dropped = _dropped_levels(p)
     if dropped == 0:
         return x
     return (x * keep_mask(x.shape, p)).mul_(_LEVELS / (_LEVELS - dropped))

@@ -33,8 +33,9 @@ class FeedForward(nn.Module):
         super().__init__()
         self.linear1 = Linear(d_model, d_ff)
         self.linear2 = Linear(d_ff, d_model)
-        self.relu = Activation(activation) is Activation.RELU
-        self.activation = _ACTIVATIONS[Activation(activation)]
+        activation = Activation(activation)
+        self.relu = activation is Activation.RELU
+        self.activation = _ACTIVATIONS[activation]
 
     def forward(self, x: Tensor) -> Tensor:
         if self.relu:  # fused into the first product where it is packed (aiayn.linear)

@@ -6,9 +6,9 @@ wants, and made again only when the weight changes:
 
 - Large weights (at least `PACK_MIN_ELEMENTS`: the output projection, the FFN of
   the base model) multiplied by at least `PACK_MIN_ROWS` rows are packed by
-  oneDNN into its blocked layout
-  (`torch.ops.mkldnn`, the primitive `torch.compile` uses for frozen linear
-  layers); the bias and an optional ReLU are applied inside the kernel. A general
+  oneDNN into its blocked layout (`torch.ops.mkldnn`, the primitive
+  `torch.compile` uses for frozen linear layers); the bias and an optional ReLU
+  are applied inside the kernel. A general
   matrix product instead re-packs W at every call, which for the few-row products
   of incremental decoding costs as much as the multiplication.
 - Otherwise the weight is stored transposed, (in, out) contiguous, for MKL's
@@ -35,6 +35,7 @@ used with both few and many rows).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -115,9 +116,8 @@ def fast_linear(
     W^Q, W^K, W^V: one product instead of three). See the module for the paths.
     """
     out_features = sum(w.size(0) for w in weights)
-    n_rows = x.numel() // x.size(-1) if x.size(-1) else 0
     large = out_features * weights[0].size(1) >= PACK_MIN_ELEMENTS
-    if _ONEDNN and large and n_rows >= PACK_MIN_ROWS:
+    if _ONEDNN and large and math.prod(x.shape[:-1]) >= PACK_MIN_ROWS:
         packed = cache.packed.get(weights, lambda: _onednn_pack(_stack(weights)))
         attr = "relu" if relu else "none"
         return torch.ops.mkldnn._linear_pointwise(x, packed, bias, attr, [], "")

@@ -534,8 +534,7 @@ def beam_search(
         at_limit = (max_out == t).repeat_interleave(k) if t in limits else None
         log_probs = _next_log_probs(model, last, encoded, cache, rules, at_limit)
         # In place: log_probs is this step's own tensor (and the largest of a step).
-        candidates = log_probs.view(n_live, k, vocab).add_(scores[:, :, None])
-        candidates = candidates.view(n_live, k * vocab)
+        candidates = log_probs.view(n_live, k, vocab).add_(scores[:, :, None]).view(n_live, -1)
         top_scores, top_index = top_candidates(candidates, 2 * k)  # (N, 2K), best first
         parent, token = top_index // vocab, top_index % vocab
         ends = token == cfg.eos_id
