@@ -36,7 +36,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch
 
 import common
-from aiayn.train import has_native_bf16
 
 SYSTEMS = ("aiayn", "aiayn-steps1", "hf", "ct2-fp32", "ct2-int8", "aiayn-bf16", "hf-bf16")
 BF16_SYSTEMS = ("aiayn-bf16", "hf-bf16")
@@ -76,7 +75,6 @@ def aiayn_runner(
     directory: Path, threads: int, step_threads: int | None, bf16: bool = False, device: str = "cpu"
 ):
     """aiayn's searches; with `step_threads`, the decoding steps use that many threads."""
-    import torch
 
     from aiayn.marian import load_marian_model
     from aiayn.search import beam_search, greedy_search
@@ -104,7 +102,6 @@ def aiayn_runner(
 
 
 def hf_runner(directory: Path, threads: int, bf16: bool = False, device: str = "cpu"):
-    import torch
     from transformers import GenerationConfig, MarianMTModel
 
     common.set_threads(threads)
@@ -235,9 +232,7 @@ def main() -> None:
     if args.quick:
         args.rounds = 3
         systems = [s for s in systems if s != "ct2-int8" and s not in BF16_SYSTEMS]
-    if not has_native_bf16(torch.device(args.device)) and any(s in BF16_SYSTEMS for s in systems):
-        print(f"no bf16 rows: {args.device} does not multiply bf16 natively", file=sys.stderr)
-        systems = [s for s in systems if s not in BF16_SYSTEMS]
+    systems = common.without_unsupported_bf16(systems, BF16_SYSTEMS, args.device)
     workdir = args.workdir or common.default_workdir()
     workdir.mkdir(parents=True, exist_ok=True)
     configs = [(beam, args.batch) for beam in map(int, args.beams.split(","))]

@@ -38,7 +38,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch
 
 import common
-from aiayn.train import has_native_bf16
 
 FP32_SYSTEMS = ("aiayn", "hf", "torch-nn")
 BF16_SYSTEMS = tuple(f"{s}-bf16" for s in FP32_SYSTEMS)
@@ -230,9 +229,7 @@ def main() -> None:
     if args.quick:
         args.warmup, args.rounds = 2, 4
         systems = [s for s in systems if s not in BF16_SYSTEMS]
-    if not has_native_bf16(torch.device(args.device)) and any(s in BF16_SYSTEMS for s in systems):
-        print(f"no bf16 rows: {args.device} does not multiply bf16 natively", file=sys.stderr)
-        systems = [s for s in systems if s not in BF16_SYSTEMS]
+    systems = common.without_unsupported_bf16(systems, BF16_SYSTEMS, args.device)
     rows, records = [], []
     for size in args.sizes.split(","):
         workers = {

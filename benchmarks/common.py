@@ -200,6 +200,20 @@ def machine() -> str:
     return f"{model}, {os.cpu_count()} cores"
 
 
+def without_unsupported_bf16(
+    systems: list[str], bf16_systems: tuple[str, ...], device: str
+) -> list[str]:
+    """`systems` less its bf16 ones where `device` has no native bf16 (said on stderr)."""
+    import torch
+
+    from aiayn.train import has_native_bf16
+
+    if has_native_bf16(torch.device(device)) or not set(systems) & set(bf16_systems):
+        return systems
+    print(f"no bf16 rows: {device} does not multiply bf16 natively", file=sys.stderr)
+    return [s for s in systems if s not in bf16_systems]
+
+
 def device_name(device: str) -> str:
     """The machine's CPU, or the CUDA device's name."""
     if device.startswith("cuda"):
