@@ -12,11 +12,11 @@ A prepared directory (written by `aiayn prepare ...`, see `aiayn.data.prepare`) 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from aiayn.files import write_atomic  # noqa: F401 (re-exported until its callers move)
 
 SPLITS = ("train", "valid", "test")
 CORPUS_FILE = "corpus.json"
@@ -92,24 +92,6 @@ def read_tsv(path: str | Path) -> list[tuple[str, str]]:
 
 
 # ----- writing ----------------------------------------------------------------------
-
-
-def write_atomic(path: Path, data: str | bytes) -> None:
-    """Write `data` to a temporary file beside `path`, then rename it over `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(data.encode("utf-8") if isinstance(data, str) else data)
-            file.flush()
-            os.fsync(file.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; give it the usual mode
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def lines_text(lines: Iterable[str]) -> str:
