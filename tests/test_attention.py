@@ -228,35 +228,3 @@ def test_growing_store_accepts_keys_assigned_directly():
     k, v = store.append(torch.full((2, 1, 1, 4), 2.0), torch.full((2, 1, 1, 4), 2.0))
     assert k[0, 0, :, 0].tolist() == [1.0] * 5 + [2.0]
     assert v.shape == (2, 1, 6, 4)
-
-
-def test_fused_qkv_weights_follow_in_place_updates():
-    mha = MultiHeadAttention(d_model=8, n_heads=2, n_kv_heads=1, d_k=4, d_v=4).eval()
-    x = torch.randn(2, 3, 8)
-    with torch.no_grad():
-        before, _ = mha(x, x)
-        mha.k_proj.weight.add_(1.0)  # as an optimizer step or load_state_dict would
-        after, _ = mha(x, x)
-        unfused, _ = mha(x, x.clone())  # a different source tensor: separate projections
-    assert not torch.allclose(before, after)
-    torch.testing.assert_close(after, unfused)
-
-
-@pytest.mark.parametrize("need_weights", [False, True])
-def test_query_rows_sharing_a_source_row_equal_a_repeated_source(need_weights):
-    torch.manual_seed(0)
-    mha = MultiHeadAttention(d_model=16, n_heads=4, n_kv_heads=2, d_k=4, d_v=6).eval()
-    memory = torch.randn(2, 5, 16)
-    real = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])
-    query = torch.randn(6, 2, 16)  # 3 beams per sentence
-    shared, shared_weights = mha(query, memory, key_mask(real), need_weights=need_weights)
-    rows = torch.arange(2).repeat_interleave(3)
-    repeated, weights = mha(query, memory[rows], key_mask(real[rows]), need_weights=need_weights)
-    torch.testing.assert_close(shared, repeated)
-    if need_weights:
-        torch.testing.assert_close(shared_weights, weights)
-    static = LayerKV(static=True)  # the keys and values are computed for 2 rows, not 6
-    mha(query, memory, key_mask(real), cache=static)
-    assert static.key.size(0) == 2
-    with pytest.raises(ValueError, match="cannot share"):
-        mha(torch.randn(5, 2, 16), memory, key_mask(real))

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from aiayn.data.tokenizer import train_tokenizer
+from aiayn.data.tokenizer import Tokenizer, train_tokenizer
 from aiayn.marian import (
     MarianFormatError,
     MarianTokenizer,
@@ -18,6 +18,7 @@ from aiayn.marian import (
 )
 from aiayn.search import EarlyStopping, LengthPenalty, search
 from aiayn.translate import Translator
+from aiayn.viz import translation_attention
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
@@ -40,7 +41,7 @@ def build_marian_directory(path, shape, seed=0):
     pieces = ["</s>", "<unk>"]
     for tok in (source, target):
         for i in range(4, tok.vocab_size):
-            piece = tok.processor.IdToPiece(i)
+            piece = tok.id_to_piece(i)
             if piece not in pieces:
                 pieces.append(piece)
     pieces.append("<pad>")
@@ -155,13 +156,18 @@ def test_tokenization_equals_transformers(marian):
     for text in ["the cat sat", "unseen zebra words", "der hund"]:
         ids = [*ours.encode(text), ours.eos_id, ours.pad_id]
         assert ours.decode(ids) == hf_tokenizer.decode(ids, skip_special_tokens=True)
+    assert isinstance(ours, Tokenizer)
+    every_id = list(range(ours.vocab_size))
+    assert [ours.id_to_piece(i) for i in every_id] == hf_tokenizer.convert_ids_to_tokens(every_id)
+    with pytest.raises(ValueError, match=r"vocab\.json"):
+        ours.id_to_piece(ours.vocab_size)
 
 
 def test_config_maps_every_difference_explicitly(marian):
     path, reference, _ = marian
     cfg = load_marian_model(path).cfg
     hf = reference.config
-    assert cfg.positional.value == "sinusoidal_halves"
+    assert cfg.positional == "sinusoidal_halves"
     assert cfg.output_bias and cfg.scale_embeddings
     assert cfg.bos_id == cfg.pad_id == hf.decoder_start_token_id
     assert cfg.eos_id == hf.eos_token_id
@@ -353,6 +359,25 @@ def test_convert_then_translate_from_the_command_line(marian, tmp_path):
     converted = Translator.load(out)  # the same model, tokenization and settings
     assert converted.decode == Translator.from_marian(path).decode
     assert isinstance(converted.tokenizer, MarianTokenizer)
+
+
+@pytest.mark.parametrize("marian", ["swish-2x2"], indirect=True)
+def test_attention_plots_of_a_converted_directory(marian, tmp_path):
+    from typer.testing import CliRunner
+
+    from aiayn.cli import app
+
+    path, _, _ = marian
+    out = tmp_path / "converted"
+    converted = CliRunner().invoke(app, ["convert", "marian", str(path), str(out)])
+    assert converted.exit_code == 0, converted.output
+    pictures = tmp_path / "attention"
+    args = ["attention", str(out), "the cat sat on the mat", "--out", str(pictures)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in pictures.iterdir()) == ["cross.png", "decoder.png", "encoder.png"]
+    _, src_pieces, tgt_pieces = translation_attention(Translator.load(out), "the cat sat")
+    assert src_pieces[-1] == "</s>" and tgt_pieces[0] == "<pad>"  # Marian starts from pad
 
 
 def test_convert_refuses_a_bad_directory_without_writing(tmp_path):

@@ -11,8 +11,6 @@ from torch import Tensor
 
 import aiayn.search
 from aiayn import ModelConfig, Transformer
-from aiayn.attention import KVCache, LayerKV
-from aiayn.model import EncoderOutput
 from aiayn.search import (
     DecodeConfig,
     EarlyStopping,
@@ -55,9 +53,9 @@ class TableModel:
 
     `table` maps a prefix (tuple of generated ids) to {token: probability}; tokens
     missing have probability 0; `by_source` overrides the table for sentences
-    whose first source token is its key. The prefix lives in the cache's
-    self-attention store and the source in its cross-attention store, so the
-    search's cache reordering is exercised as well. `steps` counts decoder calls.
+    whose first source token is its key. Its `TableDecoding` keeps each row's
+    prefix and each sentence's source in the order the search's `keep` says, so
+    the search's reordering is exercised as well. `steps` counts decoder calls.
     """
 
     def __init__(
@@ -69,29 +67,32 @@ class TableModel:
         self.table, self.by_source = table, by_source or {}
         self.steps = 0
 
-    def encode(self, src: Tensor) -> EncoderOutput:
-        return EncoderOutput(src[:, :, None].double(), src != self.cfg.pad_id)
+    def start(self, src: Tensor, beam: int = 1) -> TableDecoding:
+        return TableDecoding(self, src, beam)
 
-    def new_cache(self) -> KVCache:
-        return KVCache.empty(1)
 
-    def decode(self, tgt: Tensor, encoded: EncoderOutput, cache: KVCache) -> Tensor:
-        self.steps += 1
-        store: LayerKV = cache.self_attention[0]
-        new = tgt[:, None, :, None].double()  # (R, 1, T, 1)
-        store.key = new if store.key is None else torch.cat([store.key, new], dim=2)
-        store.value = store.key
-        cross: LayerKV = cache.cross_attention[0]
-        if cross.key is None:
-            cross.key = cross.value = encoded.hidden[:, None]  # (R, 1, S, 1) source ids
-        logits = torch.full((tgt.size(0), 1, self.cfg.vocab_size), NEVER, dtype=torch.float64)
-        sources = cross.key[:, 0, 0, 0].long().tolist()
-        group = tgt.size(0) // len(sources)  # beam search: K rows share a sentence's source
-        for row, prefix in enumerate(store.key[:, 0, :, 0].long().tolist()):
-            table = self.by_source.get(sources[row // group], self.table)
+class TableDecoding:
+    def __init__(self, model: TableModel, src: Tensor, beam: int) -> None:
+        self.model, self.beam = model, beam
+        self.input_lengths = (src != model.cfg.pad_id).sum(dim=1)
+        self.dtype = torch.float64
+        self.sources = src[:, 0].tolist()  # per live sentence
+        self.prefixes = torch.empty(src.size(0) * beam, 0, dtype=torch.long)  # per row
+
+    def step(self, last: Tensor) -> Tensor:
+        self.model.steps += 1
+        self.prefixes = torch.cat([self.prefixes, last[:, None]], dim=1)
+        logits = torch.full((last.size(0), self.model.cfg.vocab_size), NEVER, dtype=torch.float64)
+        for row, prefix in enumerate(self.prefixes.tolist()):
+            table = self.model.by_source.get(self.sources[row // self.beam], self.model.table)
             for token, p in table.get(tuple(prefix[1:]), {EOS: 1.0}).items():
-                logits[row, 0, token] = math.log(p)
+                logits[row, token] = math.log(p)
         return logits
+
+    def keep(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        self.prefixes = self.prefixes[rows]
+        if sentences is not None:
+            self.sources = [self.sources[i] for i in sentences.tolist()]
 
 
 # ----- the length penalty and the length limit ---------------------------------
@@ -266,26 +267,34 @@ def test_beam_one_equals_greedy() -> None:
 class Uncached:
     """The same model, but every step recomputes the whole prefix without a key/value cache.
 
-    The prefix ids live in the cache's self-attention store, which the search
-    reorders; that the reordering itself is right is shown by exhaustive search.
+    Its decoding keeps each row's prefix ids and encoder output in the order the
+    search's `keep` says; that the reordering itself is right is shown by
+    exhaustive search.
     """
 
     def __init__(self, model: Transformer) -> None:
         self.model, self.cfg = model, model.cfg
 
-    def encode(self, src: Tensor) -> EncoderOutput:
-        return self.model.encode(src)
+    def start(self, src: Tensor, beam: int = 1) -> UncachedDecoding:
+        return UncachedDecoding(self.model, src, beam)
 
-    def new_cache(self) -> KVCache:
-        return KVCache.empty(1)  # holds only the prefix ids, reordered by the search
 
-    def decode(self, tgt: Tensor, encoded: EncoderOutput, cache: KVCache) -> Tensor:
-        store = cache.self_attention[0]
-        new = tgt[:, None, :, None]
-        store.key = new if store.key is None else torch.cat([store.key, new], dim=2)
-        store.value = store.key
-        prefix = store.key[:, 0, :, 0]  # (R, T)
-        return self.model.decode(prefix, encoded)[:, -tgt.size(1) :]
+class UncachedDecoding:
+    def __init__(self, model: Transformer, src: Tensor, beam: int) -> None:
+        self.model = model
+        rows = torch.arange(src.size(0)).repeat_interleave(beam)
+        self.encoded = model.encode(src).index_select(rows)  # one row per hypothesis
+        self.input_lengths = (src != model.cfg.pad_id).sum(dim=1)
+        self.dtype = self.encoded.hidden.dtype
+        self.prefixes = torch.empty(rows.numel(), 0, dtype=torch.long)
+
+    def step(self, last: Tensor) -> Tensor:
+        self.prefixes = torch.cat([self.prefixes, last[:, None]], dim=1)
+        return self.model.decode(self.prefixes, self.encoded)[:, -1]
+
+    def keep(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        self.prefixes = self.prefixes[rows]
+        self.encoded = self.encoded.index_select(rows)
 
 
 def test_cached_equals_uncached_decoding() -> None:

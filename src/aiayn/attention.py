@@ -7,27 +7,31 @@ Shape legend:
 
 `attend` is the attention math alone; `MultiHeadAttention` owns the projections
 around it and, during incremental decoding, a `LayerKV` store of past keys and
-values. Masks are bool with True = may attend (see `aiayn.masks`).
+values. Masks are bool with True = may attend (see `aiayn.masks`); position
+biases (relative, ALiBi) are float and added to the scores.
+
+The attention kernel is chosen once, when a `MultiHeadAttention` is built
+(`AttentionKernel`): SDPA, the explicit path that also returns weights, or a
+sliding window (`aiayn.sliding_window`). This module is the training model, as
+literal as the paper; fast inference is `aiayn.inference.freeze`.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.linear import (
-    Derived,
-    InferenceWeights,
-    Linear,
-    cpu_inference,
-    fast_linear,
-    uses_autograd,
-)
+from aiayn.config import AttentionKernel
 from aiayn.masks import causal_mask
+
+if TYPE_CHECKING:
+    from aiayn.positions import PositionScheme
 
 
 def attend(
@@ -38,13 +42,15 @@ def attend(
     causal: bool = False,
     dropout_p: float = 0.0,
     need_weights: bool = False,
+    bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor | None]:
-    """softmax(Q K^T / sqrt(d_k)) V, with masked scores set to -inf before the softmax.
+    """softmax(Q K^T / sqrt(d_k) + bias) V, with masked scores set to -inf before the softmax.
 
     Two paths with one meaning: `torch.nn.functional.scaled_dot_product_attention`
     (fused kernels, FlashAttention-class on GPU) unless `need_weights`, and an
     explicit path that also returns the attention weights. A query that may attend
     no key at all (a fully padded row) gets a zero output and zero weights, not NaN.
+    A position bias goes to SDPA as a float mask, so the fused path stays.
 
     Args:
         q: (B, H, T, Dk) queries.
@@ -55,6 +61,8 @@ def attend(
             last T positions (the earlier keys come from a cache).
         dropout_p: dropout on the attention weights.
         need_weights: take the explicit path and return the weights.
+        bias: float, broadcastable to (B, H, T, S), added to the scaled scores
+            (relative-position biases, ALiBi).
 
     Returns:
         (B, H, T, Dv) outputs and, if `need_weights`, the (B, H, T, S) weights.
@@ -67,7 +75,7 @@ def attend(
     t_len, s_len = q.size(-2), k.size(-2)
     if causal and t_len == 1:
         causal = False  # one query, the newest position: it may attend every key
-    if causal and (mask is not None or t_len != s_len):
+    if causal and (mask is not None or bias is not None or need_weights or t_len != s_len):
         # SDPA's is_causal aligns to the top-left; with a cache we need bottom-right.
         causal_part = causal_mask(t_len, s_len, device=q.device)
         mask = causal_part if mask is None else mask & causal_part
@@ -78,13 +86,17 @@ def attend(
     if mask is not None:
         has_key = mask.any(dim=-1, keepdim=True)  # (.., T, 1)
         mask = mask | ~has_key
+    scores_mask = mask
+    if bias is not None:
+        bias = bias.to(q.dtype)
+        scores_mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
 
     if not need_weights:
         out = F.scaled_dot_product_attention(
             q,
             k,
             v,
-            attn_mask=mask,
+            attn_mask=scores_mask,
             dropout_p=dropout_p,
             is_causal=causal,
             enable_gqa=n_kv_heads != n_heads,
@@ -97,10 +109,10 @@ def attend(
         k = k.repeat_interleave(n_heads // n_kv_heads, dim=1)
         v = v.repeat_interleave(n_heads // n_kv_heads, dim=1)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, T, S)
-    if causal:
-        mask = causal_mask(t_len, s_len, device=q.device)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+    if scores_mask is not None and scores_mask.dtype == torch.bool:
+        scores = scores.masked_fill(~scores_mask, float("-inf"))
+    elif scores_mask is not None:
+        scores = scores + scores_mask
     weights = scores.softmax(dim=-1)
     if has_key is not None:
         weights = weights.masked_fill(~has_key, 0.0)
@@ -108,11 +120,86 @@ def attend(
     return out, weights
 
 
+# ----- attention kernels: chosen once per module -----------------------------
+
+
+Kernel = Callable[..., tuple[Tensor, Tensor | None]]
+"""kernel(q, k, v, mask, causal, dropout_p, need_weights, bias) -> (out, weights or None)"""
+
+
+def explicit_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    causal: bool = False,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+    bias: Tensor | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    """`attend` on its explicit path (the weights are computed even when not returned)."""
+    out, weights = attend(q, k, v, mask, causal, dropout_p, True, bias)
+    return out, weights if need_weights else None
+
+
+@dataclass(frozen=True)
+class SlidingWindowKernel:
+    """Local attention: each query sees keys within `window` positions, plus `n_global` tokens.
+
+    Longformer / BigBird style, linear in length (see `aiayn.sliding_window`). It
+    takes a key-padding mask only, (B, 1, 1, S), and no position bias. With
+    `need_weights` it runs the explicit path with the equivalent band mask, so the
+    weights can be drawn.
+    """
+
+    window: int
+    n_global: int = 0
+
+    def __call__(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        dropout_p: float = 0.0,
+        need_weights: bool = False,
+        bias: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        from aiayn.sliding_window import band_mask, sliding_window_attention
+
+        if bias is not None:
+            raise ValueError("sliding_window attention takes no position bias")
+        if mask is not None and mask.size(-2) != 1:
+            raise ValueError(
+                f"sliding_window attention takes a key mask (B, 1, 1, S), got {tuple(mask.shape)}"
+            )
+        if need_weights:
+            band = band_mask(q.size(-2), k.size(-2), self.window, causal, self.n_global, q.device)
+            return attend(q, k, v, band if mask is None else mask & band, False, dropout_p, True)
+        key_mask = None if mask is None else mask[:, 0, 0, :]  # (B, S)
+        out = sliding_window_attention(
+            q, k, v, self.window, causal, key_mask, self.n_global, dropout_p
+        )
+        return out, None
+
+
+def build_kernel(kind: AttentionKernel | str, window: int = 256, n_global: int = 0) -> Kernel:
+    """The attention function for `kind` (window and n_global: sliding_window only)."""
+    kind = AttentionKernel(kind)
+    if kind is AttentionKernel.SDPA:
+        return attend
+    if kind is AttentionKernel.EXPLICIT:
+        return explicit_attention
+    return SlidingWindowKernel(window, n_global)
+
+
 class LayerKV:
     """Keys and values of one attention sub-layer, kept across decoding steps.
 
     A `static` store (encoder-decoder attention) is filled once from the encoder
-    output; a growing store (decoder self-attention) gets each step's keys and
+    output; with `group` G > 1 each stored row serves G consecutive query rows
+    (beam search's hypotheses of one sentence, in `aiayn.inference`). A growing store (decoder self-attention) gets each step's keys and
     values appended with `append`.
 
     `key` and `value` are (B, Hkv, L, D) tensors. A growing store keeps them as
@@ -125,11 +212,23 @@ class LayerKV:
     rebuilt on the next append.
     """
 
-    def __init__(self, static: bool, key: Tensor | None = None, value: Tensor | None = None):
+    def __init__(
+        self,
+        static: bool,
+        key: Tensor | None = None,
+        value: Tensor | None = None,
+        group: int = 1,
+    ):
         self.static = static
         self.key, self.value = key, value
+        self.group = group  # query rows per stored row (a static store shared by beams)
         self._buffers: list[Tensor] | None = None  # key, value, spare key, spare value
         self._view: Tensor | None = None  # the `key` the buffers back; another means stale
+
+    @property
+    def length(self) -> int:
+        """Positions stored (0 while empty)."""
+        return 0 if self.key is None else self.key.size(2)
 
     def append(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
         """Store (B, Hkv, t, D) new keys and values after the prefix; return the whole.
@@ -202,28 +301,41 @@ class LayerKV:
 
 @dataclass
 class KVCache:
-    """Per decoder layer: a growing self-attention store and a static cross-attention store."""
+    """Per decoder layer: a growing self-attention store and, in an encoder-decoder,
+    a static cross-attention store (empty for a decoder-only stack)."""
 
     self_attention: list[LayerKV] = field(default_factory=list)
     cross_attention: list[LayerKV] = field(default_factory=list)
 
     @classmethod
-    def empty(cls, n_layers: int) -> KVCache:
+    def empty(cls, n_layers: int, cross: bool = True, group: int = 1) -> KVCache:
+        """Stores for `n_layers` layers; `cross` adds static ones holding `group` rows' keys each."""
         return cls(
             self_attention=[LayerKV(static=False) for _ in range(n_layers)],
-            cross_attention=[LayerKV(static=True) for _ in range(n_layers)],
+            cross_attention=[LayerKV(static=True, group=group) for _ in range(n_layers * cross)],
         )
 
     @property
     def length(self) -> int:
-        """Target positions already decoded (0 before the first step)."""
-        first = self.self_attention[0].key if self.self_attention else None
-        return 0 if first is None else first.size(2)
+        """Positions already decoded (0 before the first step)."""
+        return self.self_attention[0].length if self.self_attention else 0
 
     def reorder(self, index: Tensor) -> None:
         """Keep batch rows `index` in every store, in that order."""
         for store in (*self.self_attention, *self.cross_attention):
             store.reorder(index)
+
+
+def split_heads(x: Tensor, n_heads: int) -> Tensor:
+    """(B, L, heads x size) -> (B, heads, L, size)."""
+    batch, length, _ = x.shape
+    return x.view(batch, length, n_heads, -1).transpose(1, 2)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """(B, heads, L, size) -> (B, L, heads x size): Concat(head_1, ..., head_h)."""
+    batch, heads, length, size = x.shape
+    return x.transpose(1, 2).reshape(batch, length, heads * size)
 
 
 class MultiHeadAttention(nn.Module):
@@ -234,147 +346,99 @@ class MultiHeadAttention(nn.Module):
     With `n_kv_heads < n_heads`, groups of query heads share key/value heads
     (grouped-query attention; `n_kv_heads=1` is multi-query attention).
 
+        mha = MultiHeadAttention(d_model=512, n_heads=8)
+        out, weights = mha(x, x, need_weights=True)     # weights: (B, 8, T, T)
+
     Args:
         d_model: input and output width D.
         n_heads: query heads H.
-        n_kv_heads: key/value heads Hkv; `n_heads` must be a multiple of it.
-        d_k: query/key head size Dk.
-        d_v: value head size Dv.
+        n_kv_heads: key/value heads Hkv (default `n_heads`); `n_heads` must be a
+            multiple of it.
+        d_k: query/key head size Dk (default `d_model // n_heads`).
+        d_v: value head size Dv (default `d_model // n_heads`).
         dropout: dropout on attention weights.
         bias: biases on the four projections (the paper's affine maps have them).
+        kernel: how the attention itself is computed (`build_kernel`; default SDPA).
+
+    Raises:
+        ValueError: heads that do not divide, or no head size given where d_model
+            does not divide by n_heads.
     """
 
     def __init__(
         self,
         d_model: int,
         n_heads: int,
-        n_kv_heads: int,
-        d_k: int,
-        d_v: int,
+        n_kv_heads: int | None = None,
+        d_k: int | None = None,
+        d_v: int | None = None,
         dropout: float = 0.0,
         bias: bool = True,
+        kernel: Kernel = attend,
     ) -> None:
         super().__init__()
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         if n_heads % n_kv_heads != 0:
             raise ValueError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})")
+        if (d_k is None or d_v is None) and d_model % n_heads != 0:
+            raise ValueError(
+                f"d_model ({d_model}) is not divisible by n_heads ({n_heads}); give d_k and d_v"
+            )
+        d_k = d_model // n_heads if d_k is None else d_k
+        d_v = d_model // n_heads if d_v is None else d_v
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
         self.d_k, self.d_v = d_k, d_v
         self.dropout = dropout
-        self.q_proj = Linear(d_model, n_heads * d_k, bias=bias)
-        self.k_proj = Linear(d_model, n_kv_heads * d_k, bias=bias)
-        self.v_proj = Linear(d_model, n_kv_heads * d_v, bias=bias)
-        self.out_proj = Linear(n_heads * d_v, d_model, bias=bias)  # W^O: (h d_v) x d_model
-        self._qkv_weight, self._qkv_bias = InferenceWeights(), Derived()
-
-    def _project_qkv(self, x: Tensor) -> Tensor:
-        """x [W^Q W^K W^V]^T + [b^Q b^K b^V]: self-attention's three projections in one matmul.
-
-        The parameters stay separate (checkpoints name them q_proj, k_proj, v_proj).
-        While autograd records they are concatenated at every call (the gradient
-        flows back through the concatenation); otherwise once (see `aiayn.linear`).
-        """
-        linears = (self.q_proj, self.k_proj, self.v_proj)
-        weights = [linear.weight for linear in linears]
-        biases = [linear.bias for linear in linears if linear.bias is not None]
-        if uses_autograd(x, *weights, *biases):
-            return F.linear(x, torch.cat(weights), torch.cat(biases) if biases else None)
-        bias = self._qkv_bias.get(biases, lambda: torch.cat(biases)) if biases else None
-        if cpu_inference(x, *weights):
-            return fast_linear(x, weights, bias, self._qkv_weight)
-        return F.linear(x, torch.cat(weights), bias)
-
-    def _split_heads(self, x: Tensor, n_heads: int) -> Tensor:
-        batch, length, _ = x.shape
-        return x.view(batch, length, n_heads, -1).transpose(1, 2)  # (B, heads, L, head size)
+        self.kernel = kernel
+        self.q_proj = nn.Linear(d_model, n_heads * d_k, bias=bias)  # W^Q of all heads
+        self.k_proj = nn.Linear(d_model, n_kv_heads * d_k, bias=bias)  # W^K
+        self.v_proj = nn.Linear(d_model, n_kv_heads * d_v, bias=bias)  # W^V
+        self.out_proj = nn.Linear(n_heads * d_v, d_model, bias=bias)  # W^O: (h d_v) x d_model
 
     def forward(
         self,
         query: Tensor,
-        source: Tensor,
+        source: Tensor | None = None,
         mask: Tensor | None = None,
         causal: bool = False,
         cache: LayerKV | None = None,
         need_weights: bool = False,
+        rotary: PositionScheme | None = None,
+        bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """Attend from `query` to `source` (the same tensor for self-attention).
+        """Attend from `query` to `source` (`query` itself by default: self-attention).
 
         Args:
             query: (B, T, D).
             source: (B, S, D) the keys and values come from; ignored when a static
-                `cache` is already filled. It may have fewer rows, B / G, each
-                shared by G consecutive query rows (beam search's beams; the
-                keys and values are then computed once per source row).
+                `cache` is already filled.
             mask: bool, broadcastable to (B, H, T, S); True = may attend.
             causal: causal self-attention (the decoder's).
             cache: this sub-layer's store for incremental decoding.
             need_weights: also return the (B, H, T, S) attention weights.
+            rotary: a position scheme that rotates queries and keys (RoPE), applied
+                at the cache's offset.
+            bias: float (H, T, S) or broadcastable, added to the scores.
 
         Returns:
             (B, T, D) output and the weights or None.
         """
-        batch, t_len, _ = query.shape
-        static_hit = cache is not None and cache.static and cache.key is not None
-        if source is query and not static_hit:  # self-attention: one matmul for Q, K, V
-            sizes = [self.n_heads * self.d_k, self.n_kv_heads * self.d_k]
-            sizes.append(self.n_kv_heads * self.d_v)
-            q, k, v = self._project_qkv(query).split(sizes, dim=-1)
-            q = self._split_heads(q, self.n_heads)  # (B, H, T, Dk)
-            k = self._split_heads(k, self.n_kv_heads)  # (B, Hkv, T, Dk)
-            v = self._split_heads(v, self.n_kv_heads)  # (B, Hkv, T, Dv)
-        else:
-            q = self._split_heads(self.q_proj(query), self.n_heads)  # (B, H, T, Dk)
-        if static_hit:
+        source = query if source is None else source
+        offset = 0 if cache is None else cache.length
+        q = split_heads(self.q_proj(query), self.n_heads)  # (B, H, T, Dk)
+        if rotary is not None:
+            q = rotary.rotate(q, offset)
+        if cache is not None and cache.static and cache.key is not None:
             k, v = cache.key, cache.value
         else:
-            if source is not query:
-                k = self._split_heads(self.k_proj(source), self.n_kv_heads)  # (B, Hkv, S, Dk)
-                v = self._split_heads(self.v_proj(source), self.n_kv_heads)  # (B, Hkv, S, Dv)
+            k = split_heads(self.k_proj(source), self.n_kv_heads)  # (B, Hkv, S, Dk)
+            v = split_heads(self.v_proj(source), self.n_kv_heads)  # (B, Hkv, S, Dv)
+            if rotary is not None:
+                k = rotary.rotate(k, offset)
             if cache is not None and cache.static:
                 cache.key, cache.value = k, v
             elif cache is not None:
                 k, v = cache.append(k, v)
         dropout_p = self.dropout if self.training else 0.0
-        if k.size(0) == batch:
-            out, weights = attend(q, k, v, mask, causal, dropout_p, need_weights)
-        else:
-            out, weights = self._attend_shared_source(
-                q, k, v, mask, causal, dropout_p, need_weights
-            )
-        out = out.transpose(1, 2).reshape(batch, t_len, self.n_heads * self.d_v)  # (B, T, H Dv)
-        return self.out_proj(out), weights
-
-    def _attend_shared_source(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        mask: Tensor | None,
-        causal: bool,
-        dropout_p: float,
-        need_weights: bool,
-    ) -> tuple[Tensor, Tensor | None]:
-        """Attention where each group of G consecutive query rows shares one source row.
-
-        Beam search's K hypotheses of a sentence attend the same encoder output:
-        instead of copying its keys and values K times, the K rows' queries become
-        K times more queries of the one row (the same result, one matmul per row).
-        q: (B, H, T, Dk); k, v: (B / G, Hkv, S, D); mask broadcastable to (B / G, 1, 1, S).
-        """
-        batch, heads, t_len, _ = q.shape
-        rows = k.size(0)
-        if causal or batch % rows != 0 or (mask is not None and mask.size(-2) != 1):
-            raise ValueError(
-                f"{batch} query rows cannot share {rows} source rows (causal={causal}, "
-                f"mask {None if mask is None else tuple(mask.shape)}): only a key mask "
-                "over a source shared by equal groups of consecutive rows"
-            )
-        group = batch // rows
-        q = q.view(rows, group, heads, t_len, -1).transpose(1, 2)  # (B/G, H, G, T, Dk)
-        q = q.reshape(rows, heads, group * t_len, -1)
-        out, weights = attend(q, k, v, mask, False, dropout_p, need_weights)
-
-        def unfold(x: Tensor) -> Tensor:  # (B/G, H, G T, X) -> (B, H, T, X)
-            x = x.view(rows, heads, group, t_len, -1).transpose(1, 2)
-            return x.reshape(batch, heads, t_len, -1)
-
-        return unfold(out), None if weights is None else unfold(weights)
+        out, weights = self.kernel(q, k, v, mask, causal, dropout_p, need_weights, bias)
+        return self.out_proj(merge_heads(out)), weights  # (B, T, D)

@@ -19,15 +19,18 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 
-class Positional(str, Enum):
-    """How token positions enter the model."""
+class AttentionKernel(str, Enum):
+    """How each self-attention computes softmax(Q K^T / sqrt(d_k)) V (see `aiayn.attention`)."""
 
-    SINUSOIDAL = "sinusoidal"  # section 3.5: sin on even, cos on odd dimensions
-    SINUSOIDAL_HALVES = "sinusoidal_halves"  # same waves, sin in the first half (Marian)
-    LEARNED = "learned"  # Table 3 row (E)
+    SDPA = "sdpa"  # PyTorch's fused scaled_dot_product_attention; weights only when asked
+    EXPLICIT = "explicit"  # the formula written out; always computes the weights
+    SLIDING_WINDOW = "sliding_window"  # local window + global tokens, linear in length
 
 
 class Activation(str, Enum):
@@ -93,7 +96,14 @@ class ModelConfig:
         dropout: P_drop on every sub-layer output and on embeddings + positions.
         attention_dropout: dropout on attention weights (not in the paper: 0).
         activation: the FFN non-linearity (the paper: ReLU).
-        positional: sinusoidal (the paper) or learned positions (Table 3 E).
+        positional: a registered position scheme (`aiayn.positions`): sinusoidal
+            (the paper), sinusoidal_halves (Marian's layout), learned (Table 3 E),
+            rotary, relative (T5's bias), alibi or none.
+        attention: the self-attention kernel: sdpa, explicit or sliding_window.
+        attention_window: sliding_window only: keys within this many positions.
+        global_tokens: sliding_window only: the first this many positions attend
+            and are attended everywhere.
+        architecture: the registered model shape (`aiayn.models`) the config builds.
         max_len: the longest sequence, in tokens, the model accepts.
         norm_first: pre-norm `x + Sublayer(LayerNorm(x))` with a final LayerNorm
             per stack, instead of the paper's post-norm `LayerNorm(x + Sublayer(x))`.
@@ -126,7 +136,10 @@ class ModelConfig:
     dropout: float = 0.1
     attention_dropout: float = 0.0
     activation: Activation = Activation.RELU
-    positional: Positional = Positional.SINUSOIDAL
+    positional: str = "sinusoidal"
+    attention: AttentionKernel = AttentionKernel.SDPA
+    attention_window: int = 256
+    global_tokens: int = 0
     max_len: int = 1024
     norm_first: bool = False
     tie_embeddings: bool = True
@@ -137,6 +150,7 @@ class ModelConfig:
     pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
+    architecture: str = "encoder_decoder"
 
     def __post_init__(self) -> None:
         set_field = object.__setattr__  # frozen: derived defaults are filled in once, here
@@ -150,13 +164,25 @@ class ModelConfig:
             raise ValueError(
                 f"ModelConfig.layer_norm_eps must be positive, got {self.layer_norm_eps}"
             )
+        self._check_registered()
         try:
-            set_field(self, "positional", Positional(self.positional))
+            set_field(self, "attention", AttentionKernel(self.attention))
         except ValueError:
-            choices = ", ".join(p.value for p in Positional)
+            choices = ", ".join(a.value for a in AttentionKernel)
             raise ValueError(
-                f"ModelConfig.positional must be one of {choices}, got {self.positional!r}"
+                f"ModelConfig.attention must be one of {choices}, got {self.attention!r}"
             ) from None
+        _positive("attention_window", self.attention_window)
+        if self.global_tokens < 0:
+            raise ValueError(f"ModelConfig.global_tokens must be >= 0, got {self.global_tokens}")
+        if self.attention is AttentionKernel.SLIDING_WINDOW and self.positional in (
+            "relative",
+            "alibi",
+        ):
+            raise ValueError(
+                f"ModelConfig.positional {self.positional!r} adds a bias to every score, which "
+                "attention 'sliding_window' does not take; use rotary, sinusoidal, learned or none"
+            )
         try:
             set_field(self, "activation", Activation(self.activation))
         except ValueError:
@@ -199,6 +225,21 @@ class ModelConfig:
                 "padding is masked out of the source, the end of a sentence is not"
             )
 
+    def _check_registered(self) -> None:
+        """`positional` and `architecture` must name registered plug-ins."""
+        from aiayn.models import registered_models
+        from aiayn.positions import registered
+
+        for name, choices in (
+            ("positional", registered()),
+            ("architecture", registered_models()),
+        ):
+            value = getattr(self, name)
+            if value not in choices:
+                raise ValueError(
+                    f"ModelConfig.{name} must be one of {', '.join(choices)}, got {value!r}"
+                )
+
     # ----- presets (Table 3) -------------------------------------------------
 
     @classmethod
@@ -235,12 +276,46 @@ class ModelConfig:
 
 
 class Precision(str, Enum):
-    """Arithmetic of the training forward and backward passes."""
+    """Floating-point arithmetic of a model, in training or in inference.
+
+    Training (`TrainConfig.precision`) autocasts the forward and backward passes to
+    it; the weights stay fp32. Inference (`aiayn translate --dtype`) casts the
+    weights themselves to `dtype`. torch's names are accepted too:
+    `Precision("bfloat16") is Precision.BF16`.
+    """
 
     FP32 = "fp32"  # the CPU default
     BF16 = "bf16"  # autocast to bfloat16 (CUDA's default choice; weights stay fp32)
     FP16 = "fp16"  # autocast to float16 with a gradient scaler (CUDA only)
-    AUTO = "auto"  # bf16 where the hardware multiplies bf16 natively, else fp32
+    AUTO = "auto"  # training only: bf16 where the hardware multiplies bf16 natively, else fp32
+
+    @classmethod
+    def _missing_(cls, value: object) -> Precision | None:
+        return next((p for p, name in _DTYPE_NAMES.items() if name == value), None)
+
+    @property
+    def dtype_name(self) -> str:
+        """torch's name of the dtype: "float32", "bfloat16" or "float16".
+
+        Raises:
+            ValueError: for AUTO, which names no dtype until a device is known.
+        """
+        if self is Precision.AUTO:
+            raise ValueError(
+                "precision auto has no fixed dtype (training picks bf16 or fp32 per "
+                "device); give fp32, bf16 or fp16"
+            )
+        return _DTYPE_NAMES[self]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The torch dtype (see `dtype_name`)."""
+        import torch
+
+        return getattr(torch, self.dtype_name)
+
+
+_DTYPE_NAMES = {Precision.FP32: "float32", Precision.BF16: "bfloat16", Precision.FP16: "float16"}
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ Layers receive their sub-modules ready-made; `aiayn.model` builds them from a co
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -17,7 +18,9 @@ from torch import Tensor, nn
 from aiayn.attention import LayerKV, MultiHeadAttention
 from aiayn.config import Activation
 from aiayn.dropout import Dropout
-from aiayn.linear import Linear
+
+if TYPE_CHECKING:
+    from aiayn.positions import PositionScheme
 
 _ACTIVATIONS: dict[Activation, Callable[[Tensor], Tensor]] = {
     Activation.RELU: F.relu,
@@ -31,16 +34,13 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, activation: Activation = Activation.RELU) -> None:
         super().__init__()
-        self.linear1 = Linear(d_model, d_ff)
-        self.linear2 = Linear(d_ff, d_model)
-        activation = Activation(activation)
-        self.relu = activation is Activation.RELU
-        self.activation = _ACTIVATIONS[activation]
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.activation_kind = Activation(activation)
+        self.activation = _ACTIVATIONS[self.activation_kind]
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.relu:  # fused into the first product where it is packed (aiayn.linear)
-            return self.linear2(self.linear1(x, relu=True))  # (B, L, F) inside
-        return self.linear2(self.activation(self.linear1(x)))
+        return self.linear2(self.activation(self.linear1(x)))  # (B, L, F) inside
 
 
 class Residual(nn.Module):
@@ -81,23 +81,35 @@ class EncoderLayer(nn.Module):
         self.ff_residual = Residual(d_model, dropout, norm_first, eps)
 
     def forward(
-        self, x: Tensor, mask: Tensor | None, need_weights: bool = False
+        self,
+        x: Tensor,
+        mask: Tensor | None,
+        need_weights: bool = False,
+        rotary: PositionScheme | None = None,
+        bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        """x: (B, S, D); mask: bool (B, 1, 1, S). Returns (B, S, D) and the weights or None."""
+        """x: (B, S, D); mask: bool (B, 1, 1, S); rotary, bias: the stack's positions (see
+        `MultiHeadAttention`). Returns (B, S, D) and the weights or None."""
         h = self.attn_residual.sublayer_input(x)
-        out, weights = self.self_attn(h, h, mask, need_weights=need_weights)
+        out, weights = self.self_attn(
+            h, h, mask, need_weights=need_weights, rotary=rotary, bias=bias
+        )
         x = self.attn_residual(x, out)
         x = self.ff_residual(x, self.feed_forward(self.ff_residual.sublayer_input(x)))
         return x, weights
 
 
 class DecoderLayer(nn.Module):
-    """Causal self-attention, encoder-decoder attention, then the feed-forward network."""
+    """Causal self-attention, encoder-decoder attention, then the feed-forward network.
+
+    Without `cross_attn` it is the block of a decoder-only stack (GPT): causal
+    self-attention and the feed-forward network.
+    """
 
     def __init__(
         self,
         self_attn: MultiHeadAttention,
-        cross_attn: MultiHeadAttention,
+        cross_attn: MultiHeadAttention | None,
         feed_forward: FeedForward,
         d_model: int,
         dropout: float,
@@ -109,39 +121,46 @@ class DecoderLayer(nn.Module):
         self.cross_attn = cross_attn
         self.feed_forward = feed_forward
         self.self_residual = Residual(d_model, dropout, norm_first, eps)
-        self.cross_residual = Residual(d_model, dropout, norm_first, eps)
+        self.cross_residual = (
+            None if cross_attn is None else Residual(d_model, dropout, norm_first, eps)
+        )
         self.ff_residual = Residual(d_model, dropout, norm_first, eps)
 
     def forward(
         self,
         x: Tensor,
-        memory: Tensor,
-        memory_mask: Tensor | None,
+        memory: Tensor | None = None,
+        memory_mask: Tensor | None = None,
         self_cache: LayerKV | None = None,
         cross_cache: LayerKV | None = None,
         need_weights: bool = False,
+        rotary: PositionScheme | None = None,
+        bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """One decoder layer.
 
         Args:
             x: (B, T, D) target states (only the new positions when decoding with a cache).
-            memory: (B, S, D) encoder output.
-            memory_mask: bool (B, 1, 1, S), True at real source tokens.
+            memory: (B, S, D) encoder output (None without cross-attention).
+            memory_mask: bool (B, 1, 1, S), True at real source tokens, or None.
             self_cache, cross_cache: this layer's key/value stores, or None.
             need_weights: also return self- and cross-attention weights.
+            rotary, bias: the stack's positions for self-attention.
 
         Returns:
             (B, T, D) states, self-attention weights or None, cross-attention weights or None.
         """
         h = self.self_residual.sublayer_input(x)
         out, self_weights = self.self_attn(
-            h, h, causal=True, cache=self_cache, need_weights=need_weights
+            h, h, None, True, self_cache, need_weights, rotary=rotary, bias=bias
         )
         x = self.self_residual(x, out)
-        h = self.cross_residual.sublayer_input(x)
-        out, cross_weights = self.cross_attn(
-            h, memory, memory_mask, cache=cross_cache, need_weights=need_weights
-        )
-        x = self.cross_residual(x, out)
+        cross_weights = None
+        if self.cross_attn is not None:
+            h = self.cross_residual.sublayer_input(x)
+            out, cross_weights = self.cross_attn(
+                h, memory, memory_mask, cache=cross_cache, need_weights=need_weights
+            )
+            x = self.cross_residual(x, out)
         x = self.ff_residual(x, self.feed_forward(self.ff_residual.sublayer_input(x)))
         return x, self_weights, cross_weights

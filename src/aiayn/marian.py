@@ -36,8 +36,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
-import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +46,8 @@ import torch
 from safetensors.torch import load_file
 
 from aiayn.checkpoint import WEIGHTS_FILE, save_model
-from aiayn.config import Activation, ModelConfig, Positional
+from aiayn.config import Activation, ModelConfig
+from aiayn.files import write_atomic
 from aiayn.model import Transformer
 from aiayn.search import DecodeConfig, EarlyStopping, LengthPenalty
 
@@ -151,7 +150,7 @@ def marian_model_config(hf: dict[str, Any]) -> ModelConfig:
         dropout=hf.get("dropout", 0.1),
         attention_dropout=hf.get("attention_dropout", 0.0),
         activation=activation,
-        positional=Positional.SINUSOIDAL_HALVES,
+        positional="sinusoidal_halves",
         max_len=hf.get("max_position_embeddings", 512),
         norm_first=False,
         tie_embeddings=True,  # both ties are settled from the weights (module docstring)
@@ -268,8 +267,8 @@ def load_marian_model(directory: str | Path) -> Transformer:
 class MarianTokenizer:
     """Marian's tokenization: sentencepiece pieces mapped to ids through `vocab.json`.
 
-    The same interface as `aiayn.data.tokenizer.Tokenizer`: `encode` returns ids
-    without eos (batching appends it), `decode` drops special tokens.
+    An `aiayn.data.tokenizer.Tokenizer`: `encode` returns ids without eos (batching
+    appends it), `decode` drops special tokens.
     """
 
     def __init__(self, directory: str | Path) -> None:
@@ -282,7 +281,7 @@ class MarianTokenizer:
         self.piece_to_id: dict[str, int] = json.loads(
             (directory / "vocab.json").read_text(encoding="utf-8")
         )
-        self.id_to_piece = {i: piece for piece, i in self.piece_to_id.items()}
+        self._piece_of_id = {i: piece for piece, i in self.piece_to_id.items()}
         self.pad_id = self.piece_to_id["<pad>"]
         self.eos_id = self.piece_to_id["</s>"]
         self.unk_id = self.piece_to_id["<unk>"]
@@ -291,7 +290,7 @@ class MarianTokenizer:
 
     @property
     def vocab_size(self) -> int:
-        return max(self.id_to_piece) + 1
+        return max(self._piece_of_id) + 1
 
     def pieces(self, text: str) -> list[str]:
         """Source pieces; a leading language code such as >>fra<< stays one piece."""
@@ -313,8 +312,18 @@ class MarianTokenizer:
         keeps its text, its word-boundary marks turned into spaces.
         """
         specials = {self.pad_id, self.eos_id, self.unk_id}
-        pieces = [self.id_to_piece[i] for i in ids if i not in specials and i in self.id_to_piece]
+        pieces = [self._piece_of_id[i] for i in ids if i not in specials and i in self._piece_of_id]
         return self.target.DecodePieces(pieces).replace(_WORD_BOUNDARY, " ").strip()
+
+    def id_to_piece(self, token_id: int) -> str:
+        """The vocab.json piece of one id (of either side; pad is "<pad>", eos "</s>").
+
+        Raises:
+            ValueError: vocab.json has no piece with this id.
+        """
+        if token_id not in self._piece_of_id:
+            raise ValueError(f"id {token_id} has no piece in {self.path / 'vocab.json'}")
+        return self._piece_of_id[token_id]
 
 
 @dataclass(frozen=True)
@@ -449,15 +458,14 @@ def convert_marian(directory: str | Path, out: str | Path) -> Path:
     model = load_marian_model(directory)
     generation = marian_generation(directory)
     MarianTokenizer(directory)  # all three tokenization files are there and readable
-    out.mkdir(parents=True, exist_ok=True)
+    (out / CONVERTED_FILE).unlink(missing_ok=True)  # unmarked until whole again
     for name in TOKENIZATION_FILES:
-        shutil.copyfile(directory / name, out / name)
+        write_atomic(out / name, (directory / name).read_bytes())
     settings = {"format": "aiayn-marian", "version": 1, "source": str(directory.resolve())}
     settings["generation"] = dataclasses.asdict(generation)
-    tmp = out / f".{CONVERTED_FILE}.tmp"
-    tmp.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
     weights = save_model(model, out / WEIGHTS_FILE)
-    os.replace(tmp, out / CONVERTED_FILE)  # last: a complete directory is marked
+    # last: a complete directory is marked
+    write_atomic(out / CONVERTED_FILE, json.dumps(settings, indent=2) + "\n")
     return weights
 
 

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from aiayn.attention import KVCache, MultiHeadAttention
-from aiayn.config import ModelConfig, Positional
+from aiayn.attention import KVCache, MultiHeadAttention, build_kernel
+from aiayn.config import ModelConfig
 from aiayn.dropout import Dropout
 from aiayn.layers import DecoderLayer, EncoderLayer, FeedForward
-from aiayn.linear import InferenceWeights, Linear, inference_linear
 from aiayn.masks import key_mask, padding_mask
-from aiayn.positional import LearnedPositions, SinusoidalPositions
+from aiayn.models import register_model
+from aiayn.positions import PositionScheme, build_positions
 
 
 @dataclass
@@ -52,9 +52,15 @@ class AttentionMaps:
 
 
 class Embedding(nn.Module):
-    """Token embeddings times sqrt(d_model), plus positions, then dropout (sections 3.4, 3.5)."""
+    """Token embeddings times sqrt(d_model), plus positions, then dropout (sections 3.4, 3.5).
 
-    def __init__(self, tokens: nn.Embedding, positions: nn.Module, dropout: float, scale: bool):
+    `positions` is the stack's position scheme; schemes that act inside attention
+    (rotary, relative, ALiBi) add nothing here.
+    """
+
+    def __init__(
+        self, tokens: nn.Embedding, positions: PositionScheme, dropout: float, scale: bool
+    ):
         super().__init__()
         self.tokens = tokens
         self.positions = positions
@@ -63,17 +69,28 @@ class Embedding(nn.Module):
 
     def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
         x = self.tokens(ids) * self.scale  # (B, L, D)
-        return self.dropout(x + self.positions(ids.size(1), offset))
+        added = self.positions.embeddings(ids.size(1), offset)  # (L, D) or None
+        return self.dropout(x if added is None else x + added)
 
 
-def _positions(cfg: ModelConfig) -> nn.Module:
-    if cfg.positional is Positional.LEARNED:
-        return LearnedPositions(cfg.max_len, cfg.d_model)
-    halves = cfg.positional is Positional.SINUSOIDAL_HALVES
-    return SinusoidalPositions(cfg.max_len, cfg.d_model, halves)
+def attention_positions(
+    positions: PositionScheme, q_len: int, k_len: int
+) -> tuple[PositionScheme | None, Tensor | None]:
+    """What a stack's self-attention takes of its positions: a rotary scheme and a bias.
+
+    The bias, (H, T, S), is computed once per forward pass and shared by every
+    layer (as T5 does); the queries are the last `q_len` of `k_len` positions.
+    """
+    rotary = positions if positions.rotary else None
+    return rotary, positions.attention_bias(q_len, k_len)
 
 
-def _attention(cfg: ModelConfig) -> MultiHeadAttention:
+def _attention(cfg: ModelConfig, self_attention: bool) -> MultiHeadAttention:
+    kernel = (
+        build_kernel(cfg.attention, cfg.attention_window, cfg.global_tokens)
+        if self_attention
+        else build_kernel("sdpa")  # encoder-decoder attention: all of the source
+    )
     return MultiHeadAttention(
         d_model=cfg.d_model,
         n_heads=cfg.n_heads,
@@ -81,6 +98,7 @@ def _attention(cfg: ModelConfig) -> MultiHeadAttention:
         d_k=cfg.d_k,
         d_v=cfg.d_v,
         dropout=cfg.attention_dropout,
+        kernel=kernel,
     )
 
 
@@ -96,28 +114,16 @@ def _final_norm(cfg: ModelConfig) -> nn.Module:
     return nn.Identity()
 
 
-def _source_mask(real_tokens: Tensor) -> Tensor | None:
-    """The (B, 1, 1, S) key mask over the source, or None when no position is padding.
-
-    Without a mask attention takes SDPA's unmasked kernel and skips its guard for
-    fully padded rows: a batch of equal-length sentences (as after length
-    bucketing) decodes faster. Checked on the CPU only, where reading the mask
-    costs nothing; on an accelerator it would wait for the device.
-    """
-    if real_tokens.device.type == "cpu" and bool(real_tokens.all()):
-        return None
-    return key_mask(real_tokens)
-
-
 class Encoder(nn.Module):
     """N identical layers of self-attention and feed-forward over the embedded source."""
 
     def __init__(self, cfg: ModelConfig, tokens: nn.Embedding) -> None:
         super().__init__()
-        self.embedding = Embedding(tokens, _positions(cfg), cfg.dropout, cfg.scale_embeddings)
+        positions = build_positions(cfg.positional, cfg, causal=False)
+        self.embedding = Embedding(tokens, positions, cfg.dropout, cfg.scale_embeddings)
         self.layers = nn.ModuleList(
             EncoderLayer(
-                _attention(cfg),
+                _attention(cfg, self_attention=True),
                 _feed_forward(cfg),
                 cfg.d_model,
                 cfg.dropout,
@@ -129,14 +135,14 @@ class Encoder(nn.Module):
         self.final_norm = _final_norm(cfg)
 
     def forward(
-        self, src: Tensor, real_tokens: Tensor, need_weights: bool = False
+        self, src: Tensor, mask: Tensor | None, need_weights: bool = False
     ) -> tuple[Tensor, list[Tensor]]:
-        """src: (B, S) ids; real_tokens: (B, S) bool. Returns (B, S, D) and per-layer weights."""
+        """src: (B, S) ids; mask: bool (B, 1, 1, S) or None. Returns (B, S, D), per-layer weights."""
         x = self.embedding(src)
-        mask = _source_mask(real_tokens)  # (B, 1, 1, S) or None
+        rotary, bias = attention_positions(self.embedding.positions, src.size(1), src.size(1))
         all_weights = []
         for layer in self.layers:
-            x, weights = layer(x, mask, need_weights)
+            x, weights = layer(x, mask, need_weights, rotary, bias)
             if weights is not None:
                 all_weights.append(weights)
         return self.final_norm(x), all_weights
@@ -147,11 +153,12 @@ class Decoder(nn.Module):
 
     def __init__(self, cfg: ModelConfig, tokens: nn.Embedding) -> None:
         super().__init__()
-        self.embedding = Embedding(tokens, _positions(cfg), cfg.dropout, cfg.scale_embeddings)
+        positions = build_positions(cfg.positional, cfg, causal=True)
+        self.embedding = Embedding(tokens, positions, cfg.dropout, cfg.scale_embeddings)
         self.layers = nn.ModuleList(
             DecoderLayer(
-                _attention(cfg),
-                _attention(cfg),
+                _attention(cfg, self_attention=True),
+                _attention(cfg, self_attention=False),
                 _feed_forward(cfg),
                 cfg.d_model,
                 cfg.dropout,
@@ -165,24 +172,33 @@ class Decoder(nn.Module):
     def forward(
         self,
         tgt: Tensor,
-        encoded: EncoderOutput,
+        memory: Tensor,
+        memory_mask: Tensor | None,
         cache: KVCache | None = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
         """Decode target ids (only the new ones when a cache holds the prefix).
+
+        Args:
+            tgt: (B, T) ids.
+            memory: (B, S, D) encoder output.
+            memory_mask: bool (B, 1, 1, S), True at real source tokens, or None.
+            cache: the key/value stores, filled and extended in place.
+            need_weights: also return the attention weights.
 
         Returns:
             (B, T, D) states, per-layer self-attention and cross-attention weights.
         """
         offset = 0 if cache is None else cache.length
         x = self.embedding(tgt, offset)
-        memory_mask = _source_mask(encoded.real_tokens)  # (B, 1, 1, S) or None
+        t_len = tgt.size(1)
+        rotary, bias = attention_positions(self.embedding.positions, t_len, offset + t_len)
         self_maps, cross_maps = [], []
         for i, layer in enumerate(self.layers):
             self_cache = None if cache is None else cache.self_attention[i]
             cross_cache = None if cache is None else cache.cross_attention[i]
             x, self_weights, cross_weights = layer(
-                x, encoded.hidden, memory_mask, self_cache, cross_cache, need_weights
+                x, memory, memory_mask, self_cache, cross_cache, need_weights, rotary, bias
             )
             if need_weights:
                 self_maps.append(self_weights)
@@ -190,6 +206,7 @@ class Decoder(nn.Module):
         return self.final_norm(x), self_maps, cross_maps
 
 
+@register_model("encoder_decoder")
 class Transformer(nn.Module):
     """The encoder-decoder Transformer of "Attention Is All You Need".
 
@@ -212,10 +229,9 @@ class Transformer(nn.Module):
         self.encoder = Encoder(cfg, src_tokens)
         self.decoder = Decoder(cfg, tgt_tokens)
         self.output_proj = (
-            None if cfg.tie_output else Linear(cfg.d_model, cfg.vocab_size, bias=False)
+            None if cfg.tie_output else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         )
         self.output_bias = nn.Parameter(torch.zeros(cfg.vocab_size)) if cfg.output_bias else None
-        self._output_weight = InferenceWeights()  # laid out for CPU inference (aiayn.linear)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -225,17 +241,18 @@ class Transformer(nn.Module):
         constant through the stacks; biases zero. Token embeddings: N(0, d_model^-0.5),
         so that after the sqrt(d_model) scaling each entry has unit variance, the
         scale of the sinusoids, and tied output logits start near zero. The padding
-        row is zero. LayerNorms: weight 1, bias 0 (PyTorch's default).
+        row is zero. LayerNorms: weight 1, bias 0 (PyTorch's default). Position
+        schemes keep their own initialisation.
         """
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 nn.init.xavier_uniform_(module.weight)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.Embedding):
-                nn.init.normal_(module.weight, std=self.cfg.d_model**-0.5)
-                with torch.no_grad():
-                    module.weight[self.cfg.pad_id].zero_()
+        for tokens in {self.encoder.embedding.tokens, self.decoder.embedding.tokens}:
+            nn.init.normal_(tokens.weight, std=self.cfg.d_model**-0.5)
+            with torch.no_grad():
+                tokens.weight[self.cfg.pad_id].zero_()
 
     # ----- the three entry points -------------------------------------------
 
@@ -258,7 +275,7 @@ class Transformer(nn.Module):
         """Run the encoder once: (B, S) ids to an `EncoderOutput`."""
         self._check_length(src, "source")
         real_tokens = padding_mask(src, self.cfg.pad_id)
-        hidden, _ = self.encoder(src, real_tokens)
+        hidden, _ = self.encoder(src, self.source_mask(real_tokens))
         return EncoderOutput(hidden, real_tokens)
 
     def decode(self, tgt: Tensor, encoded: EncoderOutput, cache: KVCache | None = None) -> Tensor:
@@ -266,8 +283,7 @@ class Transformer(nn.Module):
 
         Args:
             tgt: (B, T) target ids; with a `cache`, only the positions not yet decoded.
-            encoded: from `encode`: one row per row of `tgt`, or one per group of G
-                consecutive rows of `tgt` that share a source (beam search's beams).
+            encoded: from `encode`, one row per row of `tgt`.
             cache: from `new_cache()`; filled and extended in place.
 
         Returns:
@@ -275,30 +291,40 @@ class Transformer(nn.Module):
         """
         offset = 0 if cache is None else cache.length
         self._check_length(tgt, "target", offset)
-        hidden, _, _ = self.decoder(tgt, encoded, cache)
+        memory_mask = self.source_mask(encoded.real_tokens)
+        hidden, _, _ = self.decoder(tgt, encoded.hidden, memory_mask, cache)
         return self.project(hidden)
 
     def project(self, hidden: Tensor) -> Tensor:
         """The pre-softmax linear map: (B, T, D) states to (B, T, V) logits."""
-        weight = (
-            self.decoder.embedding.tokens.weight
-            if self.output_proj is None
-            else self.output_proj.weight
-        )
-        return inference_linear(hidden, weight, self.output_bias, self._output_weight)
+        return nn.functional.linear(hidden, self.output_weight(), self.output_bias)
 
-    def new_cache(self) -> KVCache:
-        """An empty key/value cache for incremental decoding."""
-        return KVCache.empty(self.cfg.n_decoder_layers)
+    def output_weight(self) -> Tensor:
+        """The (V, D) pre-softmax matrix: the target embedding when tied (section 3.4)."""
+        if self.output_proj is None:
+            return self.decoder.embedding.tokens.weight
+        return self.output_proj.weight
+
+    def source_mask(self, real_tokens: Tensor) -> Tensor:
+        """The (B, 1, 1, S) key mask over the source: True at real tokens."""
+        return key_mask(real_tokens)
+
+    def new_cache(self, group: int = 1) -> KVCache:
+        """An empty key/value cache for incremental decoding (`group`: see `KVCache.empty`)."""
+        return KVCache.empty(self.cfg.n_decoder_layers, cross=True, group=group)
+
+    def start(self, src: Tensor, beam: int = 1) -> EncoderDecoderDecoding:
+        """Encode a batch for the search (`aiayn.search.Decodable`), `beam` rows per sentence."""
+        return EncoderDecoderDecoding(self, src, beam)
 
     def attention_maps(self, src: Tensor, tgt_in: Tensor) -> AttentionMaps:
         """All attention weights for one teacher-forced pass (explicit attention path)."""
         self._check_length(src, "source")
         self._check_length(tgt_in, "target")
         real_tokens = padding_mask(src, self.cfg.pad_id)
-        hidden, encoder_maps = self.encoder(src, real_tokens, need_weights=True)
-        encoded = EncoderOutput(hidden, real_tokens)
-        _, decoder_maps, cross_maps = self.decoder(tgt_in, encoded, need_weights=True)
+        mask = key_mask(real_tokens)
+        hidden, encoder_maps = self.encoder(src, mask, need_weights=True)
+        _, decoder_maps, cross_maps = self.decoder(tgt_in, hidden, mask, need_weights=True)
         return AttentionMaps(encoder_maps, decoder_maps, cross_maps)
 
     def num_parameters(self) -> int:
@@ -313,3 +339,54 @@ class Transformer(nn.Module):
                 f"{side} sequence of {offset + ids.size(1)} tokens is longer than the model's "
                 f"max_len={self.cfg.max_len}"
             )
+
+
+class EncoderDecoderDecoding:
+    """One batch being decoded by an encoder-decoder: its encoder output and key/value cache.
+
+    The search (`aiayn.search`) sees it through `input_lengths`, `step` and `keep`.
+    Rows are hypotheses: `beam` consecutive rows per sentence. The literal model
+    copies each sentence's encoder output to its `beam` rows; a model with
+    `shares_source_rows` (`aiayn.inference.FrozenTransformer`) keeps one row per
+    sentence and computes its cross-attention keys and values once, for all beams.
+
+    Args:
+        model: a `Transformer` (or a subclass) in eval mode.
+        src: (B, S) source ids.
+        beam: hypothesis rows per sentence.
+    """
+
+    def __init__(self, model: Transformer, src: Tensor, beam: int = 1) -> None:
+        self.model = model
+        encoded = model.encode(src)
+        self.input_lengths = encoded.real_tokens.sum(dim=1)  # (B,) eos included
+        self.dtype = encoded.hidden.dtype
+        self.shared = beam > 1 and getattr(model, "shares_source_rows", False)
+        if beam > 1 and not self.shared:
+            encoded = encoded.index_select(
+                torch.arange(src.size(0), device=src.device).repeat_interleave(beam)
+            )
+        self.encoded = encoded
+        self.cache = model.new_cache(group=beam if self.shared else 1)
+
+    def step(self, last: Tensor) -> Tensor:
+        """(R,) the newest token of each row -> (R, V) logits of the token after it."""
+        return self.model.decode(last[:, None], self.encoded, self.cache)[:, -1]
+
+    def keep(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        """Go on with hypothesis rows `rows` (each row's parent, in the new order).
+
+        Args:
+            rows: (R',) indices into the current rows.
+            sentences: the live sentences kept, when some finished (None: all stay).
+                Beams of a sentence share its source, so the encoder output and
+                cross-attention stores change only when sentences leave.
+        """
+        for store in self.cache.self_attention:
+            store.reorder(rows)
+        if sentences is None:
+            return
+        index = sentences if self.shared else rows
+        for store in self.cache.cross_attention:
+            store.reorder(index)
+        self.encoded = self.encoded.index_select(index)

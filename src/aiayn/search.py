@@ -4,10 +4,11 @@ Shape legend:
     B sentences, N sentences still being decoded, K beam width, P n-best kept,
     S source length, L longest output allowed, V vocabulary.
 
-The search knows the model only through `encode`, `new_cache` and `decode` (see
-`Decodable`). The encoder runs once per batch; every step feeds the decoder one
-new token per row and the key/value cache holds the prefix, so no step recomputes
-it. Sentences that are done leave the batch (and the cache) at once, so they stop
+The search knows the model only through `start`, which returns a `Decoding`
+(see `Decodable`): the state of one batch (an encoder-decoder's encoder output
+and key/value cache) with a `step` and a `keep`. The encoder runs once per batch;
+every step feeds the decoder one new token per row and the key/value cache holds
+the prefix, so no step recomputes it. Sentences that are done leave the batch (and the cache) at once, so they stop
 costing compute. Everything inside a step is batched over sentences and beams.
 
 Conventions, shared by every function here:
@@ -41,30 +42,46 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from aiayn.attention import KVCache
 from aiayn.config import ModelConfig
-from aiayn.model import EncoderOutput
 
 log = logging.getLogger(__name__)
 
 NEG_INF = float("-inf")
 
 
-class Decodable(Protocol):
-    """What the search needs of a model (`aiayn.Transformer` is one).
+class Decoding(Protocol):
+    """One batch being decoded: whatever the model keeps between steps.
 
-    `decode` gets one row of `encoded` per row of `tgt`, or, in beam search, one
-    per sentence, shared by its K consecutive hypothesis rows (and the cache's
-    cross-attention store likewise holds one row per sentence).
+    Rows are hypotheses: K consecutive rows per sentence (K = 1 but in beam search).
+
+    Attributes:
+        input_lengths: (B,) real input tokens of each sentence, eos included (the
+            output's length limit is relative to it).
+        dtype: the model's floating-point type (scores are summed in float64 for
+            a float64 model, else in float32).
     """
+
+    input_lengths: Tensor
+    dtype: torch.dtype
+
+    def step(self, last: Tensor) -> Tensor:
+        """(R,) the newest token of each row -> (R, V) logits of the next token."""
+        ...
+
+    def keep(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        """Go on with rows `rows` (each new row's parent); `sentences`: the live
+        sentences kept when some finished, None when all stay."""
+        ...
+
+
+class Decodable(Protocol):
+    """What the search needs of a model (`aiayn.Transformer` and its frozen form are two)."""
 
     cfg: ModelConfig
 
-    def encode(self, src: Tensor) -> EncoderOutput: ...
-
-    def new_cache(self) -> KVCache: ...
-
-    def decode(self, tgt: Tensor, encoded: EncoderOutput, cache: KVCache) -> Tensor: ...
+    def start(self, src: Tensor, beam: int = 1) -> Decoding:
+        """Begin decoding (B, S) inputs with `beam` hypothesis rows per sentence."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -137,7 +154,7 @@ def max_output_lengths(
     """Longest output per sentence: source length + `extra_len`, at most `max_len`.
 
     Args:
-        real_tokens: (B, S) bool, True at real source tokens.
+        real_tokens: (B, S) bool, True at real source tokens; or (B,) source lengths.
         extra_len: tokens allowed beyond the source length (the paper: 50); None for
             no source-relative limit.
         max_len: the model's `max_len` (the decoder sees bos + all but the last token).
@@ -147,10 +164,10 @@ def max_output_lengths(
         (B,) int64, each >= 1.
     """
     limit = max_len if max_output_len is None else min(max_len, max_output_len)
+    lengths = real_tokens.sum(dim=1) if real_tokens.dim() == 2 else real_tokens
     if extra_len is None:
-        return torch.full_like(real_tokens[:, 0], limit, dtype=torch.long)
-    lengths = real_tokens.sum(dim=1) + extra_len
-    return lengths.clamp(min=1, max=limit)
+        return torch.full_like(lengths, limit, dtype=torch.long)
+    return (lengths + extra_len).clamp(min=1, max=limit)
 
 
 @dataclass(frozen=True)
@@ -172,10 +189,9 @@ class TokenRules:
 
 
 def _next_log_probs(
-    model: Decodable,
+    cfg: ModelConfig,
+    decoding: Decoding,
     last: Tensor,
-    encoded: EncoderOutput,
-    cache: KVCache,
     rules: TokenRules,
     at_limit: Tensor | None = None,
 ) -> Tensor:
@@ -183,8 +199,7 @@ def _next_log_probs(
 
     Rows where `at_limit` (rows,) is True may only end (see `_only_eos`).
     """
-    cfg = model.cfg
-    logits = model.decode(last[:, None], encoded, cache)[:, -1]  # only the new position
+    logits = decoding.step(last)  # (rows, V), only the new position
     if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()  # sum log-probabilities in at least float32
     logits = logits.contiguous()  # a copy only if the model returned more positions
@@ -214,15 +229,9 @@ def _only_eos(log_probs: Tensor, rows: Tensor, eos_id: int, free: bool = False) 
     return log_probs
 
 
-def _keep_rows(cache: KVCache, encoded: EncoderOutput, rows: Tensor) -> EncoderOutput:
-    """Drop the rows of finished sentences from the cache and the encoder output."""
-    cache.reorder(rows)
-    return encoded.index_select(rows)
-
-
-def _score_dtype(encoded: EncoderOutput) -> torch.dtype:
+def _score_dtype(decoding: Decoding) -> torch.dtype:
     """Scores are summed in float32, or in float64 for a float64 model (exactness tests)."""
-    return torch.float64 if encoded.hidden.dtype == torch.float64 else torch.float32
+    return torch.float64 if decoding.dtype == torch.float64 else torch.float32
 
 
 def _validate(
@@ -255,12 +264,11 @@ def _one_path_search(
     _validate(model, src, extra_len, max_output_len)
     cfg = model.cfg
     batch, device = src.size(0), src.device
-    encoded = model.encode(src)
-    max_out = max_output_lengths(encoded.real_tokens, extra_len, cfg.max_len, max_output_len)
+    decoding = model.start(src)
+    max_out = max_output_lengths(decoding.input_lengths, extra_len, cfg.max_len, max_output_len)
     longest = int(max_out.max())
     limits = set(max_out.tolist())  # steps at which some sentence may only end
-    cache = model.new_cache()
-    dtype = _score_dtype(encoded)
+    dtype = _score_dtype(decoding)
 
     tokens = torch.full((batch, longest + 1), cfg.pad_id, dtype=torch.long, device=device)
     tokens[:, 0] = cfg.bos_id
@@ -271,7 +279,7 @@ def _one_path_search(
 
     for t in range(1, longest + 1):
         at_limit = max_out == t if t in limits else None
-        log_probs = _next_log_probs(model, tokens[:, t - 1], encoded, cache, rules, at_limit)
+        log_probs = _next_log_probs(cfg, decoding, tokens[:, t - 1], rules, at_limit)
         chosen = pick(log_probs)  # (N,)
         tokens[:, t] = chosen
         log_prob = log_prob + log_probs.gather(1, chosen[:, None]).squeeze(1)
@@ -284,7 +292,7 @@ def _one_path_search(
                 break
             tokens, log_prob = tokens[keep], log_prob[keep]
             sentence, max_out = sentence[keep], max_out[keep]
-            encoded = _keep_rows(cache, encoded, keep)
+            decoding.keep(keep, keep)
 
     return [
         [Hypothesis(tokens=ids, log_prob=lp, score=lp)]
@@ -500,13 +508,11 @@ def beam_search(
     k, n_keep, vocab = beam, (nbest if exact else beam), cfg.vocab_size
     batch, device = src.size(0), src.device
 
-    encoded = model.encode(src)
-    max_out = max_output_lengths(encoded.real_tokens, extra_len, cfg.max_len, max_output_len)
+    decoding = model.start(src, beam=k)
+    max_out = max_output_lengths(decoding.input_lengths, extra_len, cfg.max_len, max_output_len)
     longest = int(max_out.max())
     limits = set(max_out.tolist())  # steps at which some sentence may only end
-    dtype = _score_dtype(encoded)
-    # One encoder row per sentence serves its K consecutive beam rows (see `Decodable`).
-    cache = model.new_cache()
+    dtype = _score_dtype(decoding)
 
     # Live hypotheses: tokens[n, j, t] is token t of beam j (column 0 is bos).
     tokens = torch.full((batch, k, longest + 1), cfg.pad_id, dtype=torch.long, device=device)
@@ -532,7 +538,7 @@ def beam_search(
         n_live = scores.size(0)
         last = tokens[:, :, t - 1].reshape(n_live * k)
         at_limit = (max_out == t).repeat_interleave(k) if t in limits else None
-        log_probs = _next_log_probs(model, last, encoded, cache, rules, at_limit)
+        log_probs = _next_log_probs(cfg, decoding, last, rules, at_limit)
         # In place: log_probs is this step's own tensor (and the largest of a step).
         candidates = log_probs.view(n_live, k, vocab).add_(scores[:, :, None]).view(n_live, -1)
         top_scores, top_index = top_candidates(candidates, 2 * k)  # (N, 2K), best first
@@ -574,10 +580,7 @@ def beam_search(
         done = settled | (max_out <= t)
         parent_rows = (torch.arange(n_live, device=device)[:, None] * k + live_parent).view(-1)
         if not bool(done.any()):
-            # Beams of one sentence share their cross-attention keys and values:
-            # only the self-attention stores follow the parents.
-            for store in cache.self_attention:
-                store.reorder(parent_rows)
+            decoding.keep(parent_rows)  # every sentence stays
             continue
 
         finished_sentences = sentence[done]
@@ -587,11 +590,7 @@ def beam_search(
         keep = (~done).nonzero().squeeze(1)
         if keep.numel() == 0:
             break
-        for store in cache.self_attention:
-            store.reorder(parent_rows.view(n_live, k)[keep].view(-1))
-        for store in cache.cross_attention:
-            store.reorder(keep)
-        encoded = encoded.index_select(keep)
+        decoding.keep(parent_rows.view(n_live, k)[keep].view(-1), keep)
         tokens, scores, sentence = tokens[keep], scores[keep], sentence[keep]
         fin_tokens, fin_scores, fin_log_probs = (
             fin_tokens[keep],

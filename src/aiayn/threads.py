@@ -20,9 +20,8 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor
 
-from aiayn.attention import KVCache
 from aiayn.config import ModelConfig
-from aiayn.model import EncoderOutput, Transformer
+from aiayn.search import Decodable, Decoding
 
 
 @contextmanager
@@ -44,22 +43,23 @@ class StepThreads:
         hypotheses = beam_search(StepThreads(model, threads=1), src)
 
     Args:
-        model: the Transformer (or any `aiayn.search.Decodable`).
-        threads: intra-op threads for each `decode` call.
+        model: any `aiayn.search.Decodable` (a Transformer, or its frozen form).
+        threads: intra-op threads for each decoding step.
     """
 
-    def __init__(self, model: Transformer, threads: int = 1) -> None:
+    def __init__(self, model: Decodable, threads: int = 1) -> None:
         if threads < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
         self.model, self.threads = model, threads
         self.cfg: ModelConfig = model.cfg
 
-    def encode(self, src: Tensor) -> EncoderOutput:
-        return self.model.encode(src)
+    def start(self, src: Tensor, beam: int = 1) -> Decoding:
+        decoding = self.model.start(src, beam)  # the encoder: the threads torch is set to
+        step = decoding.step
 
-    def new_cache(self) -> KVCache:
-        return self.model.new_cache()
+        def step_with_fewer_threads(last: Tensor) -> Tensor:
+            with intra_op_threads(self.threads):
+                return step(last)
 
-    def decode(self, tgt: Tensor, encoded: EncoderOutput, cache: KVCache) -> Tensor:
-        with intra_op_threads(self.threads):
-            return self.model.decode(tgt, encoded, cache)
+        decoding.step = step_with_fewer_threads
+        return decoding

@@ -23,13 +23,14 @@ import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import torch
 from tqdm import tqdm
 
-from aiayn.checkpoint import TOKENIZER_FILE, load_model, resolve_weights
-from aiayn.data.tokenizer import Tokenizer
+from aiayn.checkpoint import load_model, resolve_weights
+from aiayn.data.tokenizer import TOKENIZER_FILE, SentencePieceTokenizer, Tokenizer
+from aiayn.inference import freeze
 from aiayn.marian import (
     CONVERTED_FILE,
     MarianTokenizer,
@@ -41,42 +42,6 @@ from aiayn.model import Transformer
 from aiayn.search import DecodeConfig, Hypothesis, search
 
 log = logging.getLogger(__name__)
-
-
-class InputError(ValueError):
-    """Input text that cannot be read; the message names the file and line."""
-
-
-def decode_lines(stream: BinaryIO, name: str) -> Iterator[str]:
-    """Lines of a byte stream as text, without their line ends.
-
-    Raises:
-        InputError: at the first line that is not valid UTF-8, naming `name`, the
-            line number and the byte offset in that line.
-    """
-    for number, raw in enumerate(stream, start=1):
-        raw = raw.removesuffix(b"\n").removesuffix(b"\r")
-        try:
-            yield raw.decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise InputError(
-                f"{name}:{number}: invalid UTF-8 at byte {err.start + 1} of the line "
-                f"({err.reason}); the input must be UTF-8 text"
-            ) from None
-
-
-def read_lines(path: str | Path) -> list[str]:
-    """All lines of a UTF-8 text file.
-
-    Raises:
-        FileNotFoundError: if the file is missing.
-        InputError: on invalid UTF-8, naming the file and line.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"input file not found: {path}")
-    with path.open("rb") as stream:
-        return list(decode_lines(stream, str(path)))
 
 
 def find_tokenizer(weights: Path) -> Path:
@@ -109,6 +74,9 @@ class Translation:
 class Translator:
     """A model and its subword model, ready to translate lists of sentences.
 
+    `model` is kept (eval mode, on `device`) for what needs the literal model, such
+    as attention maps; translating runs `engine`, its `aiayn.inference.freeze` copy.
+
     Args:
         model: the Transformer (put in eval mode on `device`).
         tokenizer: the shared subword model it was trained with (or a Marian one).
@@ -126,7 +94,7 @@ class Translator:
     def __init__(
         self,
         model: Transformer,
-        tokenizer: Tokenizer | MarianTokenizer,
+        tokenizer: Tokenizer,
         device: str | torch.device = "cpu",
         dtype: torch.dtype | None = None,
         decode: DecodeConfig | None = None,
@@ -146,6 +114,7 @@ class Translator:
             )
         self.device = torch.device(device)
         self.model = model.to(self.device, dtype=dtype).eval()
+        self.engine = freeze(self.model)  # what decodes: the inference transform of `model`
         self.tokenizer = tokenizer
         self.decode = decode or DecodeConfig()
 
@@ -184,7 +153,7 @@ class Translator:
         spm_path = Path(tokenizer) if tokenizer is not None else find_tokenizer(weights)
         model = load_model(weights, device="cpu")
         log.info("loaded %s with subword model %s", weights, spm_path)
-        return cls(model, Tokenizer.load(spm_path), device, dtype)
+        return cls(model, SentencePieceTokenizer.load(spm_path), device, dtype)
 
     @classmethod
     def from_marian(
@@ -270,7 +239,7 @@ class Translator:
             bar.update(len(sentences) - len(work))
             for batch in _batches_by_tokens(work, ids, max_tokens):
                 src = self.to_batch([ids[i] for i in batch])
-                for i, hyps in zip(batch, search(self.model, src, config), strict=True):
+                for i, hyps in zip(batch, search(self.engine, src, config), strict=True):
                     results[i] = [Translation(self.tokenizer.decode(h.tokens), h) for h in hyps]
                 bar.update(len(batch))
         return results

@@ -22,6 +22,7 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from aiayn.files import write_file_atomic
 from aiayn.model import AttentionMaps
 from aiayn.search import DecodeConfig, search
 from aiayn.translate import Translator
@@ -105,12 +106,13 @@ def translation_attention(
     model, tokenizer = translator.model, translator.tokenizer
     cfg = model.cfg
     src = translator.to_batch(translator.encode([sentence]))  # (1, S)
-    (best, *_), *_ = search(model, src, config or DecodeConfig(beam=1))
+    (best, *_), *_ = search(translator.engine, src, config or DecodeConfig(beam=1))
     tgt_in = torch.tensor([[cfg.bos_id, *best.tokens]], device=src.device)  # (1, T)
     with torch.no_grad():
         maps = model.attention_maps(src, tgt_in)
-    piece = tokenizer.processor.IdToPiece
-    return maps, [piece(i) for i in src[0].tolist()], [piece(i) for i in tgt_in[0].tolist()]
+    src_pieces = [tokenizer.id_to_piece(i) for i in src[0].tolist()]
+    tgt_pieces = [tokenizer.id_to_piece(i) for i in tgt_in[0].tolist()]
+    return maps, src_pieces, tgt_pieces
 
 
 def plot_translation_attention(
@@ -143,10 +145,10 @@ def plot_translation_attention(
         kind: plot_attention(weights, rows, cols, title, layers, heads)
         for kind, (weights, rows, cols, title) in kinds.items()
     }
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     paths = {}
     for kind, fig in figures.items():
-        paths[kind] = out_dir / f"{kind.value}.png"
-        fig.savefig(paths[kind], dpi=100)
+        paths[kind] = write_file_atomic(
+            Path(out_dir) / f"{kind.value}.png",
+            lambda tmp, fig=fig: fig.savefig(tmp, dpi=100, format="png"),
+        )
     return paths
