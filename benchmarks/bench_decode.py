@@ -17,6 +17,12 @@ On CPUs that multiply bfloat16 natively (AMX or AVX512-BF16) aiayn and Hugging
 Face also run with their weights cast to bfloat16 ("-bf16" systems; CTranslate2
 has no bfloat16 on the CPU); their "vs HF" ratio is against HF in bfloat16.
 
+`--against COMMIT` also runs aiayn as of that commit (its own script and library,
+from a git worktree in the work directory) and adds a "vs COMMIT" column: the
+median per-round ratio of its time to today's, so > 1 means faster now.
+
+    PYTHONPATH=src python benchmarks/bench_decode.py --systems aiayn --against 2d41774
+
 `--device cuda` runs aiayn, HF and CTranslate2 on a GPU (bf16 rows where the card
 supports bf16); the rest is the same. The issue's GPU comparison, beam 4:
 
@@ -27,6 +33,7 @@ supports bf16); the rest is the same. The issue's GPU comparison, beam 4:
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -62,13 +69,20 @@ class FixedLength:
 
     def __init__(self, model, length: int) -> None:
         self.model, self.cfg, self.length = model, model.cfg, length
-        self.encode, self.new_cache = model.encode, model.new_cache
 
-    def decode(self, tgt, encoded, cache):
-        logits = self.model.decode(tgt, encoded, cache)
-        if cache.length < self.length:
-            logits[..., self.cfg.eos_id] = float("-inf")
-        return logits
+    def start(self, src, beam=1):
+        decoding = self.model.start(src, beam)
+        step, eos, taken = decoding.step, self.cfg.eos_id, [0]
+
+        def step_without_early_eos(last):
+            logits = step(last)
+            taken[0] += 1
+            if taken[0] < self.length:
+                logits[..., eos] = float("-inf")
+            return logits
+
+        decoding.step = step_without_early_eos
+        return decoding
 
 
 def aiayn_runner(
@@ -76,14 +90,13 @@ def aiayn_runner(
 ):
     """aiayn's searches; with `step_threads`, the decoding steps use that many threads."""
 
+    from aiayn.inference import freeze
     from aiayn.marian import load_marian_model
     from aiayn.search import beam_search, greedy_search
     from aiayn.threads import StepThreads
 
     common.set_threads(threads)
-    model = load_marian_model(directory).to(device)
-    if bf16:
-        model = model.to(torch.bfloat16)
+    model = freeze(load_marian_model(directory).to(device), torch.bfloat16 if bf16 else None)
     if step_threads is not None:
         model = StepThreads(model, step_threads)
 
@@ -202,6 +215,22 @@ def prepare(workdir: Path, size: str, systems: list[str]) -> None:
             common.convert_ct2(marian, out, None if quantization == "fp32" else "int8")
 
 
+def baseline_checkout(workdir: Path, commit: str) -> Path:
+    """A git worktree of this repository at `commit` (made once, in the workdir)."""
+    checkout = workdir / f"aiayn-{commit}"
+    if not checkout.exists():
+        root = Path(__file__).resolve().parents[1]
+        subprocess.run(
+            ["git", "-C", str(root), "worktree", "add", "--detach", str(checkout), commit],
+            check=True,
+        )
+    return checkout
+
+
+def _ratio(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}x"
+
+
 def agreement(a: list[list[int]], b: list[list[int]], n: int) -> int:
     """Sentences whose first n tokens agree (aiayn's last token is the forced eos)."""
     return sum(x[:n] == y[:n] for x, y in zip(a, b, strict=True))
@@ -221,6 +250,11 @@ def main() -> None:
     parser.add_argument("--no-latency", action="store_true", help="skip the batch-1 rows")
     parser.add_argument("--quick", action="store_true", help="3 rounds, fp32 peers only")
     parser.add_argument("--workdir", type=Path, help="keep the models here (default: temp)")
+    parser.add_argument(
+        "--against",
+        metavar="COMMIT",
+        help="also run aiayn as of COMMIT (a git worktree in the workdir), for a 'vs COMMIT' ratio",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--size", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -235,6 +269,12 @@ def main() -> None:
     systems = common.without_unsupported_bf16(systems, BF16_SYSTEMS, args.device)
     workdir = args.workdir or common.default_workdir()
     workdir.mkdir(parents=True, exist_ok=True)
+    baseline = None
+    if args.against:
+        baseline = f"aiayn@{args.against}"
+        LABELS[baseline] = f"aiayn {args.against}"
+        systems.append(baseline)
+        checkout = baseline_checkout(workdir, args.against)
     configs = [(beam, args.batch) for beam in map(int, args.beams.split(","))]
     if not args.no_latency:
         configs += [(beam, 1) for beam in map(int, args.beams.split(","))]
@@ -242,18 +282,20 @@ def main() -> None:
     rows, records = [], []
     for size in args.sizes.split(","):
         prepare(workdir, size, systems)
+        worker_args = [
+            *("--workdir", str(workdir), "--size", size),
+            *("--threads", str(args.threads), "--device", args.device),
+        ]
         workers = {
-            s: common.Worker(
-                __file__,
-                s,
-                [
-                    *("--workdir", str(workdir), "--size", size),
-                    *("--threads", str(args.threads), "--device", args.device),
-                ],
-                args.threads,
-            )
+            s: common.Worker(__file__, s, worker_args, args.threads)
             for s in systems
+            if s != baseline
         }
+        if baseline:  # the commit's own script and library, as its system "aiayn"
+            script = str(checkout / "benchmarks" / Path(__file__).name)
+            workers[baseline] = common.Worker(
+                script, "aiayn", worker_args, args.threads, str(checkout / "src")
+            )
         try:
             times = {(s, c): [] for s in systems for c in configs}
             outputs = {}
@@ -287,6 +329,8 @@ def main() -> None:
                 bf16 = s in BF16_SYSTEMS
                 # HF of the same precision; CTranslate2 in fp32 (it has no CPU bf16).
                 peers = {"hf": "hf-bf16" if bf16 else "hf", "ct2-fp32": "ct2-fp32"}
+                if baseline and s == "aiayn":
+                    peers["baseline"] = baseline
                 vs = {
                     column: common.median(
                         [a / b for a, b in zip(times[peer, config], times[s, config], strict=True)]
@@ -311,6 +355,7 @@ def main() -> None:
                     times_s=times[s, config],
                     speedup_vs_hf=vs.get("hf"),
                     speedup_vs_ct2_fp32=vs.get("ct2-fp32"),
+                    speedup_vs_baseline=vs.get("baseline"),
                     same_outputs_as_aiayn=same,
                 )
                 records.append(record)
@@ -325,6 +370,7 @@ def main() -> None:
                         "" if vs.get("hf") is None else f"{vs['hf']:.2f}x",
                         "" if vs.get("ct2-fp32") is None else f"{vs['ct2-fp32']:.2f}x",
                         "" if same is None else f"{same}/{batch}",
+                        *([] if not baseline else [_ratio(vs.get("baseline"))]),
                     ]
                 )
 
@@ -345,6 +391,7 @@ def main() -> None:
                 "vs HF",
                 "vs CT2 fp32",
                 "same output as aiayn*",
+                *([] if not baseline else [f"vs {args.against}"]),
             ],
             rows,
         )

@@ -139,8 +139,17 @@ def serve(handle) -> None:
 class Worker:
     """Parent side: one long-lived process running `script --worker system ...`."""
 
-    def __init__(self, script: str, system: str, args: list[str], threads: int) -> None:
+    def __init__(
+        self,
+        script: str,
+        system: str,
+        args: list[str],
+        threads: int,
+        pythonpath: str | None = None,
+    ) -> None:
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+        if pythonpath is not None:  # another checkout's aiayn (benchmarks against a commit)
+            env["PYTHONPATH"] = pythonpath
         self.system = system
         self.log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (lives as long as the worker)
         self.process = subprocess.Popen(
@@ -206,7 +215,7 @@ def without_unsupported_bf16(
     """`systems` less its bf16 ones where `device` has no native bf16 (said on stderr)."""
     import torch
 
-    from aiayn.train import has_native_bf16
+    from aiayn.precision import has_native_bf16
 
     if has_native_bf16(torch.device(device)) or not set(systems) & set(bf16_systems):
         return systems

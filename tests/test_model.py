@@ -353,3 +353,84 @@ def test_gqa_with_as_many_kv_heads_as_heads_is_plain_mha():
     mha.eval()
     gqa.eval()
     torch.testing.assert_close(gqa(src, tgt_in), mha(src, tgt_in))
+
+
+# ----- positions and attention kernels as plug-ins -----------------------------------
+
+SCHEMES = ["sinusoidal", "sinusoidal_halves", "learned", "rotary", "relative", "alibi", "none"]
+
+
+def test_every_registered_scheme_is_covered_here():
+    from aiayn.positions import registered
+
+    assert sorted(registered()) == sorted(SCHEMES)
+
+
+@pytest.mark.parametrize("positional", SCHEMES)
+def test_cached_decoding_equals_uncached_for_every_position_scheme(positional):
+    model = Transformer(ModelConfig.tiny(vocab_size=50, positional=positional)).eval()
+    src, tgt_in = source_and_target()
+    with torch.no_grad():
+        full = model(src, tgt_in)
+        encoded = model.encode(src)
+        cache = model.new_cache()
+        steps = [model.decode(tgt_in[:, t : t + 1], encoded, cache) for t in range(tgt_in.size(1))]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("positional", SCHEMES)
+def test_sdpa_and_explicit_kernels_agree_for_every_position_scheme(positional):
+    sdpa = Transformer(ModelConfig.tiny(vocab_size=50, positional=positional))
+    explicit = Transformer(
+        ModelConfig.tiny(vocab_size=50, positional=positional, attention="explicit")
+    )
+    explicit.load_state_dict(sdpa.state_dict())
+    src, tgt_in = source_and_target()
+    sdpa.eval(), explicit.eval()
+    out = sdpa(src, tgt_in)
+    torch.testing.assert_close(explicit(src, tgt_in), out, rtol=1e-5, atol=1e-5)
+    grads = [
+        torch.autograd.grad(
+            m(src, tgt_in).square().sum(), m.encoder.layers[0].self_attn.q_proj.weight
+        )
+        for m in (sdpa, explicit)
+    ]
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-5)
+    maps = sdpa.attention_maps(src, tgt_in)  # the explicit path of the sdpa model
+    assert all(torch.isfinite(m).all() for m in (*maps.encoder, *maps.decoder, *maps.cross))
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "rotary", "none"])
+def test_a_window_covering_the_sequence_equals_dense_attention(positional):
+    dense = Transformer(ModelConfig.tiny(vocab_size=50, positional=positional))
+    windowed = Transformer(
+        ModelConfig.tiny(
+            vocab_size=50, positional=positional, attention="sliding_window", attention_window=64
+        )
+    )
+    windowed.load_state_dict(dense.state_dict())
+    src, tgt_in = source_and_target()
+    dense.eval(), windowed.eval()
+    torch.testing.assert_close(windowed(src, tgt_in), dense(src, tgt_in), rtol=1e-5, atol=1e-5)
+
+
+def test_a_narrow_window_changes_the_output_and_decodes_with_a_cache():
+    cfg = ModelConfig.tiny(vocab_size=50, attention="sliding_window", attention_window=2)
+    windowed = Transformer(cfg).eval()
+    dense = Transformer(ModelConfig.tiny(vocab_size=50)).eval()
+    dense.load_state_dict(windowed.state_dict())
+    src, tgt_in = source_and_target()
+    with torch.no_grad():
+        full = windowed(src, tgt_in)
+        assert not torch.allclose(full, dense(src, tgt_in))
+        encoded = windowed.encode(src)
+        cache = windowed.new_cache()
+        steps = [
+            windowed.decode(tgt_in[:, t : t + 1], encoded, cache) for t in range(tgt_in.size(1))
+        ]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-5)
+
+
+def test_sliding_window_refuses_a_bias_scheme():
+    with pytest.raises(ValueError, match="sliding_window"):
+        ModelConfig.tiny(vocab_size=50, attention="sliding_window", positional="alibi")

@@ -11,7 +11,8 @@ import sacrebleu
 from typer.testing import CliRunner
 
 from aiayn.cli import app
-from aiayn.data.corpus import PreparedCorpus, read_lines
+from aiayn.data.corpus import PreparedCorpus
+from aiayn.files import read_lines
 from aiayn.quickstart import QuickstartConfig, default_recipe, evenly_spaced, recipes_dir
 
 runner = CliRunner()

@@ -15,7 +15,7 @@ from aiayn.checkpoint import save_model
 from aiayn.cli import app
 from aiayn.data.tokenizer import train_tokenizer
 from aiayn.search import DecodeConfig, search
-from aiayn.translate import InputError, Translator, read_lines
+from aiayn.translate import Translator
 from infer_helpers import make_run, sentences
 
 
@@ -86,13 +86,6 @@ def test_vocabulary_mismatch_is_a_clear_error(tmp_path: Path, run: Path) -> None
         Translator.load(tmp_path / "m.safetensors", tokenizer=run / "spm.model")
 
 
-def test_invalid_utf8_names_file_and_line(tmp_path: Path) -> None:
-    path = tmp_path / "in.txt"
-    path.write_bytes(b"house.\n\ntree \xff\xfe river.\n")
-    with pytest.raises(InputError, match=r"in\.txt:3: invalid UTF-8 at byte 6"):
-        read_lines(path)
-
-
 # ----- the command ---------------------------------------------------------------
 
 
@@ -145,6 +138,18 @@ def test_cli_bad_input_is_one_clear_line(
     assert result.exit_code == 1
     assert message in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_cli_dtype_takes_torchs_names(run: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["translate", str(run), "--dtype", "bfloat16"], input="house.\n"
+    )
+    assert result.exit_code == 0, result.output
+    assert (
+        result.stdout == Translator.load(run, dtype=torch.bfloat16).translate(["house."])[0] + "\n"
+    )
+    auto = CliRunner().invoke(app, ["translate", str(run), "--dtype", "auto"], input="house.\n")
+    assert auto.exit_code == 2 and "float32, bfloat16, float16" in auto.output
 
 
 def test_bfloat16_model_still_sums_scores_in_float32(run: Path) -> None:

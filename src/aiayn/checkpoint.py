@@ -7,10 +7,8 @@ A weights file carries its `ModelConfig` as JSON in the safetensors metadata, so
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,20 +17,15 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, safe_open, save_file
 from safetensors.torch import load_model as _load_weights
 from safetensors.torch import save_model as _save_weights
+from torch import nn
 
 from aiayn.config import ModelConfig
+from aiayn.data.tokenizer import TOKENIZER_FILE as TOKENIZER_FILE  # RUN/spm.model, below
+from aiayn.files import write_dir_atomic, write_file_atomic
 from aiayn.model import Transformer
+from aiayn.models import build_model
 
 CONFIG_KEY = "aiayn.model_config"
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make a rename inside `directory` durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def save_model(model: Transformer, path: str | Path) -> Path:
@@ -40,15 +33,8 @@ def save_model(model: Transformer, path: str | Path) -> Path:
 
     A process killed half-way leaves any earlier file at `path` intact.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    _save_weights(model, str(tmp), metadata=_metadata(model))
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-    return path
+    metadata = _metadata(model)
+    return write_file_atomic(path, lambda tmp: _save_weights(model, str(tmp), metadata=metadata))
 
 
 def read_config(path: str | Path) -> ModelConfig:
@@ -71,15 +57,18 @@ def read_config(path: str | Path) -> ModelConfig:
     return ModelConfig.from_dict(json.loads(metadata[CONFIG_KEY]))
 
 
-def load_model(path: str | Path, device: str | torch.device = "cpu") -> Transformer:
-    """Rebuild a `Transformer` from a weights file written by `save_model`.
+def load_model(path: str | Path, device: str | torch.device = "cpu") -> nn.Module:
+    """Rebuild a model from a weights file written by `save_model`.
+
+    The class comes from the stored config's `architecture` (`aiayn.models`): a
+    `Transformer` for an encoder-decoder.
 
     Raises:
         FileNotFoundError: if `path` does not exist.
         ValueError: if the file is corrupt, foreign, or does not match its config.
     """
     cfg = read_config(path)
-    model = Transformer(cfg)
+    model = build_model(cfg)
     try:
         _load_weights(model, str(path), strict=True, device=str(device))
     except (SafetensorError, RuntimeError, OSError) as err:
@@ -95,7 +84,6 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> Transfor
 #   RUN/checkpoints/average-last-5/model.safetensors   from `aiayn average RUN --last 5`
 
 WEIGHTS_FILE = "model.safetensors"
-TOKENIZER_FILE = "spm.model"
 
 
 def step_checkpoints(run_dir: str | Path) -> list[Path]:
@@ -148,34 +136,6 @@ TRAINER_FILE = "trainer.pt"
 BEST_DIR = "best"
 
 
-def _write_dir_atomic(target: Path, write: Callable[[Path], None]) -> Path:
-    """Fill a temporary sibling of `target` with `write(tmp)`, fsync it, rename it to `target`.
-
-    An existing `target` is replaced (moved aside first, deleted after the rename).
-    """
-    parent = target.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f".{target.name}.", suffix=".tmp"))
-    try:
-        write(tmp)
-        for path in tmp.iterdir():
-            with open(path, "rb") as f:
-                os.fsync(f.fileno())
-        fsync_dir(tmp)
-        old = None
-        if target.exists():
-            old = parent / f".{target.name}.{os.getpid()}.old"
-            os.replace(target, old)
-        os.replace(tmp, target)
-        fsync_dir(parent)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return target
-
-
 def save_checkpoint(
     run_dir: str | Path,
     step: int,
@@ -203,7 +163,7 @@ def save_checkpoint(
         _save_weights(model, str(tmp / WEIGHTS_FILE), metadata=_metadata(model))
         torch.save(trainer_state, tmp / TRAINER_FILE)
 
-    _write_dir_atomic(target, write)
+    write_dir_atomic(target, write)
     if keep_last is not None:
         for old in step_checkpoints(run_dir)[:-keep_last]:
             shutil.rmtree(old, ignore_errors=True)
@@ -218,7 +178,7 @@ def save_best(run_dir: str | Path, model: Transformer, info: dict[str, Any]) -> 
         _save_weights(model, str(tmp / WEIGHTS_FILE), metadata=_metadata(model))
         (tmp / "info.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
 
-    return _write_dir_atomic(target, write)
+    return write_dir_atomic(target, write)
 
 
 def _metadata(model: Transformer) -> dict[str, str]:
@@ -310,7 +270,7 @@ def average_last(run_dir: str | Path, k: int) -> Path:
         "aiayn.averaged": json.dumps([d.name for d in steps[-k:]]),
     }
     target = Path(run_dir) / "checkpoints" / f"average-last-{k}"
-    _write_dir_atomic(
+    write_dir_atomic(
         target, lambda tmp: save_file(averaged, str(tmp / WEIGHTS_FILE), metadata=metadata)
     )
     return target / WEIGHTS_FILE

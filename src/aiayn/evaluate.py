@@ -20,6 +20,8 @@ from pathlib import Path
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
+from aiayn.files import lines_text, write_atomic
+
 _COMPOUND = re.compile(r"(\S)-(\S)")
 TOKENIZED_BLEU_LABEL = (
     "tokenized BLEU (13a tokens, compounds split, as tensor2tensor; not sacreBLEU)"
@@ -108,8 +110,5 @@ def score(hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
 def write_report(scores: Scores, hypotheses: Sequence[str], out_dir: str | Path) -> Path:
     """Write `hypotheses.txt` (one per line) and `scores.json` to `out_dir`; return the JSON path."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "hypotheses.txt").write_text("".join(f"{h}\n" for h in hypotheses), encoding="utf-8")
-    path = out_dir / "scores.json"
-    path.write_text(json.dumps(scores.to_dict(), indent=2) + "\n", encoding="utf-8")
-    return path
+    write_atomic(out_dir / "hypotheses.txt", lines_text(hypotheses))
+    return write_atomic(out_dir / "scores.json", json.dumps(scores.to_dict(), indent=2) + "\n")

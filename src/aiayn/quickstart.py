@@ -25,10 +25,12 @@ from pathlib import Path
 
 import torch
 
-from aiayn.checkpoint import TOKENIZER_FILE, average_last, resolve_weights, step_checkpoints
-from aiayn.data.corpus import CORPUS_FILE, PreparedCorpus, write_atomic
+from aiayn.checkpoint import average_last, resolve_weights, step_checkpoints
+from aiayn.data.corpus import CORPUS_FILE, PreparedCorpus
 from aiayn.data.prepare import BIBLE_VOCAB_SIZE, PrepareConfig, prepare_bible
+from aiayn.data.tokenizer import TOKENIZER_FILE
 from aiayn.evaluate import score, write_report
+from aiayn.files import write_atomic
 from aiayn.train import train_from_recipe
 from aiayn.translate import Translator
 from aiayn.viz import plot_translation_attention

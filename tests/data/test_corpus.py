@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import pytest
 
 from aiayn.config import ModelConfig
-from aiayn.data.corpus import PreparedCorpus, read_lines, read_parallel, read_tsv, write_atomic
+from aiayn.data.corpus import PreparedCorpus, read_parallel, read_tsv
 from aiayn.data.prepare import (
     PrepareConfig,
     drop_empty,
@@ -77,14 +76,6 @@ LOOSE = PrepareConfig(vocab_size=60, max_tokens=500, max_ratio=50.0)  # keeps ev
 # ----- reading and bad input ----------------------------------------------------------
 
 
-def test_read_lines_endings(tmp_path):
-    path = tmp_path / "a.txt"
-    path.write_bytes("one\r\ntwo\n\nfour\u2028still four".encode())
-    assert read_lines(path) == ["one", "two", "", "four\u2028still four"]
-    path.write_bytes(b"")
-    assert read_lines(path) == []
-
-
 def test_mismatched_line_counts_name_both_files_and_counts(tmp_path):
     src = write_lines(tmp_path / "train.en", ["a", "b", "c"])
     tgt = write_lines(tmp_path / "train.de", ["x", "y"])
@@ -98,8 +89,6 @@ def test_mismatched_line_counts_name_both_files_and_counts(tmp_path):
 def test_invalid_utf8_names_file_and_line(tmp_path):
     path = tmp_path / "bad.de"
     path.write_bytes(b"gut\nauch gut\nschlecht \xff\xfe hier\n")
-    with pytest.raises(ValueError, match=re.escape(f"{path}:3: invalid UTF-8")):
-        read_lines(path)
     src = write_lines(tmp_path / "ok.en", ["a", "b", "c"])
     with pytest.raises(ValueError, match=re.escape(f"{path}:3:")):
         read_parallel(src, path)
@@ -118,7 +107,7 @@ def test_tsv_needs_two_columns(tmp_path):
 
 def test_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope"):
-        read_lines(tmp_path / "nope")
+        read_parallel(tmp_path / "nope", tmp_path / "nope")
 
 
 def test_drop_empty_counts_whitespace_pairs():
@@ -133,23 +122,6 @@ def test_length_filter_reference():
     # (11, 3), (3, 11): too long; (4, 9): ratio 2.25; (1, 9): exempt, shorter side < 3
     assert keep == [0, 3, 5, 6]
     assert dropped == {"too_long": 2, "length_ratio": 1}
-
-
-def test_write_atomic_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
-    path = tmp_path / "f.txt"
-    write_atomic(path, "old\n")
-    umask = os.umask(0)
-    os.umask(umask)
-    assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's private 0o600
-
-    def boom(_fd):
-        raise OSError("disk full")
-
-    monkeypatch.setattr(os, "fsync", boom)
-    with pytest.raises(OSError, match="disk full"):
-        write_atomic(path, "new\n")
-    assert path.read_text() == "old\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.txt"]
 
 
 # ----- prepare ------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import unicodedata
 import pytest
 
 from aiayn.config import ModelConfig
-from aiayn.data.tokenizer import Tokenizer, train_tokenizer
+from aiayn.data.tokenizer import SentencePieceTokenizer, Tokenizer, train_tokenizer
 
 ENGLISH = [
     "In the beginning, God created the heavens and the earth.",
@@ -25,7 +25,7 @@ SPANISH = [
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory) -> Tokenizer:
+def tokenizer(tmp_path_factory) -> SentencePieceTokenizer:
     texts = [f"{s} {i}" for i in range(40) for s in ENGLISH + SPANISH]
     return train_tokenizer(texts, tmp_path_factory.mktemp("spm") / "spm.model", vocab_size=300)
 
@@ -80,13 +80,13 @@ def test_encode_batch_equals_encode(tokenizer):
 
 
 def test_load_round_trip(tokenizer, tmp_path):
-    loaded = Tokenizer.load(tokenizer.path)
+    loaded = SentencePieceTokenizer.load(tokenizer.path)
     assert loaded.encode(SPANISH[2]) == tokenizer.encode(SPANISH[2])
     with pytest.raises(FileNotFoundError):
-        Tokenizer.load(tmp_path / "missing.model")
+        SentencePieceTokenizer.load(tmp_path / "missing.model")
     (tmp_path / "bad.model").write_bytes(b"not a model")
     with pytest.raises(ValueError, match="not a sentencepiece model"):
-        Tokenizer.load(tmp_path / "bad.model")
+        SentencePieceTokenizer.load(tmp_path / "bad.model")
 
 
 def test_training_sample_is_bounded_and_seeded(tmp_path, caplog):
@@ -99,3 +99,12 @@ def test_training_sample_is_bounded_and_seeded(tmp_path, caplog):
     assert "on 100 sentences" in caplog.text
     small = train_tokenizer(texts[:60], tmp_path / "c.model", vocab_size=100)  # < 100 is fine
     assert small.vocab_size == 100
+
+
+def test_it_is_a_tokenizer_and_names_its_pieces(tokenizer):
+    assert isinstance(tokenizer, Tokenizer)
+    assert [tokenizer.id_to_piece(i) for i in range(4)] == ["<pad>", "<s>", "</s>", "<unk>"]
+    text = SPANISH[0]
+    assert [tokenizer.id_to_piece(i) for i in tokenizer.encode(text)] == tokenizer.pieces(text)
+    with pytest.raises(ValueError, match="300 pieces"):
+        tokenizer.id_to_piece(300)

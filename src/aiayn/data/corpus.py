@@ -12,48 +12,21 @@ A prepared directory (written by `aiayn prepare ...`, see `aiayn.data.prepare`) 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiayn.files import write_atomic  # noqa: F401 (re-exported until its callers move)
+from aiayn.data.tokenizer import SentencePieceTokenizer
+from aiayn.files import (
+    read_lines,
+    write_atomic,  # noqa: F401 (re-exported until its callers move)
+)
 
 SPLITS = ("train", "valid", "test")
 CORPUS_FILE = "corpus.json"
 STATS_FILE = "stats.json"
-TOKENIZER_FILE = "spm.model"
 
 
 # ----- reading ----------------------------------------------------------------------
-
-
-def read_lines(path: str | Path) -> list[str]:
-    """Lines of a UTF-8 text file, without their line endings ("\\n" or "\\r\\n").
-
-    Only "\\n" ends a line (not the other Unicode line separators a sentence may
-    contain). A final newline does not start another line.
-
-    Raises:
-        FileNotFoundError: the file is missing.
-        ValueError: invalid UTF-8; the message names the file, line and byte.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {path}")
-    data = path.read_bytes()
-    raw_lines = data.split(b"\n")
-    if raw_lines and raw_lines[-1] == b"":
-        raw_lines.pop()
-    lines = []
-    for number, raw in enumerate(raw_lines, start=1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise ValueError(
-                f"{path}:{number}: invalid UTF-8 ({err.reason} at byte {err.start + 1} of the line)"
-            ) from None
-        lines.append(line[:-1] if line.endswith("\r") else line)
-    return lines
 
 
 def read_parallel(src_path: str | Path, tgt_path: str | Path) -> list[tuple[str, str]]:
@@ -89,14 +62,6 @@ def read_tsv(path: str | Path) -> list[tuple[str, str]]:
             )
         pairs.append((columns[0], columns[1]))
     return pairs
-
-
-# ----- writing ----------------------------------------------------------------------
-
-
-def lines_text(lines: Iterable[str]) -> str:
-    """One line per sentence; a sentence cannot contain a newline."""
-    return "".join(line + "\n" for line in lines)
 
 
 # ----- a prepared corpus ------------------------------------------------------------
@@ -158,8 +123,6 @@ class PreparedCorpus:
         """The contents of stats.json."""
         return json.loads((self.root / STATS_FILE).read_text(encoding="utf-8"))
 
-    def tokenizer(self):
-        """The shared subword model (an `aiayn.data.tokenizer.Tokenizer`)."""
-        from aiayn.data.tokenizer import Tokenizer
-
-        return Tokenizer.load(self.tokenizer_path)
+    def tokenizer(self) -> SentencePieceTokenizer:
+        """The shared subword model."""
+        return SentencePieceTokenizer.load(self.tokenizer_path)

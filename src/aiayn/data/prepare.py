@@ -8,8 +8,9 @@ Each source (the Bible, aligned text files, TSV, a Hugging Face dataset) is read
 3. drops training pairs longer than `max_tokens` subwords on either side, or whose
    longer side has more than `max_ratio` times the tokens of the shorter one
    (validation and test keep every non-empty pair, so scores stay comparable),
-4. writes everything into a temporary directory and renames each file into `out`,
-   corpus.json last: a failure leaves no half-written file.
+4. writes each file atomically into `out` once everything is computed, corpus.json
+   last: a failure leaves no half-written file, and a directory with a corpus.json
+   is whole.
 
 Every drop is counted by reason in stats.json.
 """
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import statistics
 import tempfile
 import time
@@ -33,14 +33,12 @@ from aiayn.data.corpus import (
     CORPUS_FILE,
     SPLITS,
     STATS_FILE,
-    TOKENIZER_FILE,
     PreparedCorpus,
-    lines_text,
     read_parallel,
     read_tsv,
-    write_atomic,
 )
-from aiayn.data.tokenizer import Tokenizer, train_tokenizer
+from aiayn.data.tokenizer import TOKENIZER_FILE, Tokenizer, train_tokenizer
+from aiayn.files import lines_text, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -198,13 +196,13 @@ def prepare_corpus(
         raise ValueError("no training pairs left after dropping empty ones")
 
     out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out, prefix=".prepare-") as tmp_name:
-        tmp = Path(tmp_name)
+    with tempfile.TemporaryDirectory(dir=out, prefix=".prepare-") as scratch:
+        # the subword model is trained here, so that a failure leaves `out` as it was
         texts = [s for s, _ in cleaned["train"]] + [t for _, t in cleaned["train"]]
         try:
             tokenizer = train_tokenizer(
                 texts,
-                tmp / TOKENIZER_FILE,
+                Path(scratch) / TOKENIZER_FILE,
                 vocab_size=config.vocab_size,
                 model_type=config.model_type,
                 sample_size=config.sample_size,
@@ -216,6 +214,7 @@ def prepare_corpus(
                 f"{len(cleaned['train'])} training pairs: {err}; try a smaller --vocab-size"
             ) from None
 
+        kept: dict[str, Pairs] = {}
         for name in SPLITS:
             pairs = cleaned[name]
             src_n = _token_counts(tokenizer, [s for s, _ in pairs], f"{name}.{src_lang}")
@@ -233,12 +232,7 @@ def prepare_corpus(
                 split.src_tokens_per_sentence = round(statistics.fmean(src_n), 2)
                 split.tgt_tokens_per_sentence = round(statistics.fmean(tgt_n), 2)
                 split.src_tokens_max, split.tgt_tokens_max = max(src_n), max(tgt_n)
-            (tmp / f"{name}.{src_lang}").write_text(
-                lines_text(s for s, _ in pairs), encoding="utf-8"
-            )
-            (tmp / f"{name}.{tgt_lang}").write_text(
-                lines_text(t for _, t in pairs), encoding="utf-8"
-            )
+            kept[name] = pairs
 
         summary = {
             "src_lang": src_lang,
@@ -255,7 +249,6 @@ def prepare_corpus(
             "splits": {name: asdict(stats[name]) for name in SPLITS},
             "seconds": round(time.perf_counter() - started, 2),
         }
-        (tmp / STATS_FILE).write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
         corpus = {
             "src_lang": src_lang,
             "tgt_lang": tgt_lang,
@@ -263,11 +256,14 @@ def prepare_corpus(
             "splits": {name: [f"{name}.{src_lang}", f"{name}.{tgt_lang}"] for name in SPLITS},
             "stats": STATS_FILE,
         }
-        # Everything is complete in `tmp`; move it into place, corpus.json last, so a
+        # Everything is computed; write it into place, corpus.json last, so that a
         # directory with a corpus.json is always whole.
         (out / CORPUS_FILE).unlink(missing_ok=True)
-        for path in sorted(tmp.iterdir()):
-            shutil.move(str(path), str(out / path.name))
+        write_atomic(out / TOKENIZER_FILE, tokenizer.path.read_bytes())
+        for name, pairs in kept.items():
+            write_atomic(out / f"{name}.{src_lang}", lines_text(s for s, _ in pairs))
+            write_atomic(out / f"{name}.{tgt_lang}", lines_text(t for _, t in pairs))
+        write_atomic(out / STATS_FILE, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
         write_atomic(out / CORPUS_FILE, json.dumps(corpus, indent=2) + "\n")
     log.info(
         "prepared %s: %s",

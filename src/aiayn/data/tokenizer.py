@@ -1,6 +1,15 @@
-"""One shared sentencepiece subword model for source and target (section 5.1).
+"""Tokenizers: the `Tokenizer` protocol, and aiayn's own shared subword model.
 
-The special ids match `ModelConfig`'s defaults: pad 0, bos 1, eos 2, unk 3.
+Everything downstream of text (translation, attention plots, the trainer's BLEU
+set) knows a tokenizer only through `Tokenizer`. Two classes implement it:
+
+    SentencePieceTokenizer   one sentencepiece model shared by source and target
+                             (section 5.1), trained by `train_tokenizer`
+    aiayn.marian.MarianTokenizer   a Marian / opus-mt directory's source and target
+                             sentencepiece models and its vocab.json
+
+`train_tokenizer`'s special ids match `ModelConfig`'s defaults: pad 0, bos 1,
+eos 2, unk 3.
 """
 
 from __future__ import annotations
@@ -10,22 +19,75 @@ import logging
 import random
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import sentencepiece as spm
+
+from aiayn.files import write_atomic
 
 log = logging.getLogger(__name__)
 
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+TOKENIZER_FILE = "spm.model"  # the shared subword model in a corpus or run directory
 
 
-class Tokenizer:
-    """Text to subword ids and back, through one sentencepiece model.
+@runtime_checkable
+class Tokenizer(Protocol):
+    """Text to ids and back: what translation, plots and training need of a tokenizer.
 
-    `encode` adds no special tokens; batching adds bos / eos where they belong.
+    `encode` adds no special tokens (batching adds bos / eos where they belong);
+    `decode` drops them. The special ids must equal the model's (`ModelConfig`).
     """
 
+    @property
+    def path(self) -> Path | None:
+        """Where it was loaded from (a file or a directory), for messages; None if built."""
+        ...
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def pad_id(self) -> int: ...
+
+    @property
+    def bos_id(self) -> int:
+        """The id the decoder starts from."""
+        ...
+
+    @property
+    def eos_id(self) -> int: ...
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of one (source) sentence, without special tokens."""
+        ...
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """`encode` of each sentence."""
+        ...
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of (target) ids; special tokens are dropped."""
+        ...
+
+    def pieces(self, text: str) -> list[str]:
+        """The pieces `encode` maps to ids, for display."""
+        ...
+
+    def id_to_piece(self, token_id: int) -> str:
+        """The piece of one id (a special token's too), for display.
+
+        Raises:
+            ValueError: the id is outside the vocabulary.
+        """
+        ...
+
+
+class SentencePieceTokenizer:
+    """A `Tokenizer` through one sentencepiece model, shared by source and target."""
+
     def __init__(self, processor: spm.SentencePieceProcessor, path: Path | None = None) -> None:
-        self.processor = processor
+        self._processor = processor
         self.path = path
         self.pad_id = processor.pad_id()
         self.bos_id = processor.bos_id()
@@ -33,7 +95,7 @@ class Tokenizer:
         self.unk_id = processor.unk_id()
 
     @classmethod
-    def load(cls, path: str | Path) -> Tokenizer:
+    def load(cls, path: str | Path) -> SentencePieceTokenizer:
         """Load a `.model` file.
 
         Raises:
@@ -52,24 +114,30 @@ class Tokenizer:
 
     @property
     def vocab_size(self) -> int:
-        return self.processor.GetPieceSize()
+        return self._processor.GetPieceSize()
 
     def encode(self, text: str) -> list[int]:
         """Subword ids of one sentence, without special tokens."""
-        return self.processor.EncodeAsIds(text)
+        return self._processor.EncodeAsIds(text)
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         """Subword ids of many sentences (sentencepiece runs them in parallel)."""
-        return self.processor.Encode(list(texts), out_type=int)
+        return self._processor.Encode(list(texts), out_type=int)
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of ids; pad, bos and eos are dropped."""
         specials = {self.pad_id, self.bos_id, self.eos_id}
-        return self.processor.DecodeIds([i for i in ids if i not in specials])
+        return self._processor.DecodeIds([i for i in ids if i not in specials])
 
     def pieces(self, text: str) -> list[str]:
         """The subword pieces of one sentence, for display (e.g. attention axes)."""
-        return self.processor.EncodeAsPieces(text)
+        return self._processor.EncodeAsPieces(text)
+
+    def id_to_piece(self, token_id: int) -> str:
+        """The piece of one id; pad, bos and eos give "<pad>", "<s>", "</s>"."""
+        if not 0 <= token_id < self.vocab_size:
+            raise ValueError(f"id {token_id} is outside the vocabulary of {self.vocab_size} pieces")
+        return self._processor.IdToPiece(token_id)
 
 
 def train_tokenizer(
@@ -80,7 +148,7 @@ def train_tokenizer(
     sample_size: int = 2_000_000,
     character_coverage: float = 1.0,
     seed: int = 0,
-) -> Tokenizer:
+) -> SentencePieceTokenizer:
     """Train one shared subword model on a bounded random sample of `texts`.
 
     Args:
@@ -104,8 +172,6 @@ def train_tokenizer(
             sample[j] = text
     if not sample:
         raise ValueError("cannot train a subword model on no text")
-    model_path = Path(model_path)
-    model_path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
     spm.SentencePieceTrainer.Train(
         sentence_iterator=iter(sample),
@@ -122,13 +188,11 @@ def train_tokenizer(
         num_threads=2,
         minloglevel=2,
     )
-    tmp = model_path.with_suffix(".tmp")
-    tmp.write_bytes(buffer.getvalue())
-    tmp.replace(model_path)
+    write_atomic(model_path, buffer.getvalue())
     log.info(
         "trained a %s subword model of %d pieces on %d sentences",
         model_type,
         vocab_size,
         len(sample),
     )
-    return Tokenizer.load(model_path)
+    return SentencePieceTokenizer.load(model_path)
