@@ -15,6 +15,13 @@ its forward pass and loss under `torch.autocast("cpu", torch.bfloat16)` ("-bf16"
 systems, weights and optimizer in fp32); their ratios are against the peers in
 bf16.
 
+`--systems aiayn,aiayn-compiled` adds aiayn with its forward pass and loss through
+`torch.compile` (the model has no graph breaks; the first, warm-up step compiles),
+e.g. on the quickstart's shape (d_model 128, 3+3 layers, 4 heads, d_ff 512):
+
+    PYTHONPATH=src python benchmarks/bench_train.py --sizes quickstart,small \
+        --systems aiayn,aiayn-compiled,hf
+
 On a GPU (`--device cuda`; the shapes include "big") the same steps run on the card,
 timed between `torch.cuda.synchronize()` calls. Every worker counts its step's
 FLOPs once (`torch.utils.flop_counter`, forward and backward) and the table gives
@@ -44,6 +51,8 @@ BF16_SYSTEMS = tuple(f"{s}-bf16" for s in FP32_SYSTEMS)
 SYSTEMS = FP32_SYSTEMS + BF16_SYSTEMS
 LABELS = {"aiayn": "aiayn", "hf": "HF MarianMTModel", "torch-nn": "torch.nn.Transformer"}
 LABELS.update({f"{s}-bf16": f"{label}, bf16 autocast" for s, label in LABELS.items()})
+COMPILED = "aiayn-compiled"  # not in the defaults: --systems aiayn,aiayn-compiled
+LABELS[COMPILED] = "aiayn, torch.compile"
 
 
 def build(system: str, size: str):
@@ -134,13 +143,16 @@ def worker(
 
     common.set_threads(threads)
     torch.manual_seed(1234)
-    model, fp32_loss = build(system.removesuffix("-bf16"), size)
+    model, fp32_loss = build(system.removesuffix("-bf16").removesuffix("-compiled"), size)
     model.to(device).train()
     device_type = torch.device(device).type
+    # The forward pass and loss through torch.compile (the backward through AOTAutograd);
+    # the first (warm-up) step compiles. FLOPs are counted on the eager function.
+    timed_loss = torch.compile(fp32_loss) if system == COMPILED else fp32_loss
 
-    def loss_fn(src, tgt):
+    def loss_fn(src, tgt, compute=timed_loss):
         with torch.autocast(device_type, dtype=torch.bfloat16, enabled=system.endswith("-bf16")):
-            return fp32_loss(src, tgt)
+            return compute(src, tgt)
 
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, weight_decay=0.01, fused=True
@@ -163,7 +175,7 @@ def worker(
         state["step"] += 1
         if state["flops"] is None:  # forward and backward, counted once (not timed)
             with FlopCounterMode(display=False) as counter:
-                loss_fn(src, tgt).backward()
+                loss_fn(src, tgt, fp32_loss).backward()
             optimizer.zero_grad(set_to_none=True)
             state["flops"] = counter.get_total_flops()
         sync()

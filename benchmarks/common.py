@@ -24,6 +24,7 @@ VOCAB = 8000
 PAD = VOCAB - 1  # Marian's layout: the pad id is last and is the decoder start
 EOS = 0
 SHAPES = {
+    "quickstart": dict(d_model=128, layers=3, heads=4, ffn=512),  # configs/bible-en-es-cpu.yaml
     "small": dict(d_model=256, layers=3, heads=4, ffn=1024),
     "base": dict(d_model=512, layers=6, heads=8, ffn=2048),
     "big": dict(d_model=1024, layers=6, heads=16, ffn=4096),

@@ -85,7 +85,7 @@ def test_gradients_equal_the_dense_reference(shape, causal, n_global):
 def test_scoring_a_few_blocks_at_a_time_changes_nothing(causal, monkeypatch):
     q, k, v, key_mask = random_inputs(23, 23, torch.float64)
     whole = sliding_window_attention(q, k, v, 3, causal, key_mask, n_global=2)
-    monkeypatch.setattr(sliding_window, "SCORES_PER_CHUNK", 1)  # one block per chunk
+    monkeypatch.setattr(sliding_window, "ELEMENTS_PER_CHUNK", 1)  # one block per chunk
     chunked = sliding_window_attention(q, k, v, 3, causal, key_mask, n_global=2)
     torch.testing.assert_close(chunked, whole, rtol=1e-12, atol=1e-12)
 

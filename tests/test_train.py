@@ -20,8 +20,10 @@ from aiayn.cli import app
 from aiayn.config import TrainConfig
 from aiayn.data.batch import Batch
 from aiayn.data.batching import TokenBatcher
+from aiayn.recipe import load_recipe
 from aiayn.search import greedy_search
-from aiayn.train import Trainer, load_recipe, train_from_recipe
+from aiayn.tasks import TranslationTask
+from aiayn.train import Trainer, train_from_recipe
 from train_helpers import RECIPE, copy_pairs, make_corpus
 
 
@@ -41,7 +43,7 @@ def copy_trainer(run_dir: Path, **config) -> Trainer:
     settings = dict(max_tokens=256, warmup=10, valid_every_steps=None, log_every_steps=1)
     train = TrainConfig(**{**settings, "checkpoint_every_minutes": None, **config})
     data = TokenBatcher(copy_pairs(200, random.Random(0)), 256, 0, 1, 2)
-    return Trainer(Transformer(cfg), train, data, run_dir, progress=False)
+    return Trainer(Transformer(cfg), TranslationTask(cfg), train, data, run_dir, progress=False)
 
 
 def test_copy_task_reaches_98_percent_exact_match_with_greedy_search(tmp_path):
@@ -58,7 +60,9 @@ def test_copy_task_reaches_98_percent_exact_match_with_greedy_search(tmp_path):
         valid_every_steps=None, checkpoint_every_minutes=None, log_every_steps=100,
     )  # fmt: skip
     data = TokenBatcher(copy_pairs(4000, rng), 512, 0, 1, 2, seed=0)
-    trainer = Trainer(Transformer(cfg), config, data, tmp_path, progress=False)
+    trainer = Trainer(
+        Transformer(cfg), TranslationTask(cfg), config, data, tmp_path, progress=False
+    )
     assert trainer.fit().stopped == "max_steps"
     test = [s for s, _ in copy_pairs(200, rng)]
     src = Batch.from_pairs([(s, []) for s in test], 0, 1, 2).src
@@ -268,7 +272,7 @@ def test_shipped_recipes_load(name):
 
 def test_auto_precision_follows_the_cpu(monkeypatch):
     from aiayn.config import Precision
-    from aiayn.train import resolve_precision
+    from aiayn.precision import resolve_precision
 
     cpu = torch.device("cpu")
     for amx, avx512_bf16, expected in (

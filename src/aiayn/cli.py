@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from aiayn.config import Precision
 
 app = typer.Typer(
     name="aiayn",
@@ -271,16 +272,8 @@ def _warnings_to_stderr() -> None:
     logging.basicConfig(level=logging.WARNING, format="aiayn: %(levelname)s: %(message)s")
 
 
-class Precision(str, Enum):
-    """Floating-point type of the model during inference."""
-
-    FLOAT32 = "float32"
-    BFLOAT16 = "bfloat16"
-    FLOAT16 = "float16"
-
-
 def _load_translator(
-    run: Path, device: str, tokenizer: Path | None, precision: Precision = Precision.FLOAT32
+    run: Path, device: str, tokenizer: Path | None, precision: Precision = Precision.FP32
 ):
     import torch
 
@@ -292,24 +285,21 @@ def _load_translator(
         raise ValueError(f"--device {device}: not a device name (cpu, cuda, cuda:1, ...)") from None
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"--device {device}: no CUDA device is available here")
-    dtype = getattr(torch, Precision(precision).value)
-    return Translator.load(run, device=device, tokenizer=tokenizer, dtype=dtype)
+    return Translator.load(run, device=device, tokenizer=tokenizer, dtype=precision.dtype)
 
 
 def _write_lines(lines: list[str], output: Path | None) -> None:
     """To stdout, or to `output` atomically (an earlier file survives a failure)."""
-    import os
     import sys
 
-    text = "".join(f"{line}\n" for line in lines)
+    from aiayn.files import lines_text, write_atomic
+
+    text = lines_text(lines)
     if output is None:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output.with_name(f".{output.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, output)
+    write_atomic(output, text)
 
 
 RunArg = Annotated[
@@ -319,8 +309,27 @@ BeamOpt = Annotated[int, typer.Option("--beam", help="Beam width (1 = greedy sea
 AlphaOpt = Annotated[float, typer.Option("--alpha", help="Length penalty exponent (section 6).")]
 MaxTokensOpt = Annotated[int, typer.Option("--max-tokens", help="Source tokens per batch.")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:1, ...")]
+# Inference names a `Precision` by torch's name of its dtype (auto names none).
+_DTYPES = {p.dtype_name: p for p in Precision if p is not Precision.AUTO}
+
+
+def _inference_precision(name: str | Precision) -> Precision:
+    if isinstance(name, Precision):  # the default
+        return name
+    if name not in _DTYPES:
+        raise typer.BadParameter(f"{name!r} is not one of {', '.join(_DTYPES)}")
+    return _DTYPES[name]
+
+
 PrecisionOpt = Annotated[
-    Precision, typer.Option("--dtype", help="Model precision (bfloat16 suits GPUs).")
+    Precision,
+    typer.Option(
+        "--dtype",
+        parser=_inference_precision,
+        metavar="[" + "|".join(_DTYPES) + "]",
+        show_default=Precision.FP32.dtype_name,
+        help="Model precision (bfloat16 suits GPUs).",
+    ),
 ]
 TokenizerOpt = Annotated[
     Path | None, typer.Option("--tokenizer", help="Subword model (default: RUN/spm.model).")
@@ -356,7 +365,7 @@ def translate(
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
     max_tokens: MaxTokensOpt = 4096,
     device: DeviceOpt = "cpu",
-    dtype: PrecisionOpt = Precision.FLOAT32,
+    dtype: PrecisionOpt = Precision.FP32,
     tokenizer: TokenizerOpt = None,
 ) -> None:
     """Translate stdin or a file, one sentence per line, keeping order and empty lines.
@@ -366,7 +375,7 @@ def translate(
     """
     import sys
 
-    from aiayn.translate import decode_lines, read_lines
+    from aiayn.files import decode_lines, read_lines
 
     _warnings_to_stderr()
     given = {"beam": beam, "alpha": alpha, "extra_len": extra_len}
@@ -399,7 +408,7 @@ def translate(
 def _split_files(run: Path, split: str) -> tuple[Path, Path]:
     """(source, reference) files of `split` in the corpus named by RUN/config.yaml."""
     from aiayn.data.corpus import PreparedCorpus
-    from aiayn.train import load_recipe
+    from aiayn.recipe import load_recipe
 
     recipe = run / "config.yaml"
     if not recipe.is_file():
@@ -427,12 +436,12 @@ def evaluate(
     alpha: AlphaOpt = 0.6,
     max_tokens: MaxTokensOpt = 4096,
     device: DeviceOpt = "cpu",
-    dtype: PrecisionOpt = Precision.FLOAT32,
+    dtype: PrecisionOpt = Precision.FP32,
     tokenizer: TokenizerOpt = None,
 ) -> None:
     """sacreBLEU (with signature) and chrF, plus the paper-style tokenized BLEU, labelled."""
     from aiayn import evaluate as scoring
-    from aiayn.translate import read_lines
+    from aiayn.files import read_lines
 
     _warnings_to_stderr()
     try:

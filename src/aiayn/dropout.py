@@ -11,7 +11,7 @@ The drop probability becomes round(p * 65536) / 65536 (0.1 -> 0.100006) and
 kept elements are scaled by the inverse of the exact keep probability, so the
 expectation of the output is still the input. Masks come from PyTorch's global
 generator: `torch.manual_seed` and saved RNG states reproduce them. Other devices
-(CUDA's dropout is already fast) keep `F.dropout`.
+(CUDA's dropout is already fast) and code compiled by `torch.compile` keep `F.dropout`.
 """
 
 from __future__ import annotations
@@ -50,7 +50,9 @@ def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     """Zero each element with probability p and scale the rest by 1 / (1 - p) (in training)."""
     if not training or p == 0.0:
         return x
-    if x.device.type != "cpu" or not _THREE_UNIFORMS or p >= 1.0:
+    if x.device.type != "cpu" or not _THREE_UNIFORMS or p >= 1.0 or torch.compiler.is_compiling():
+        # Under torch.compile the compiler draws its own masks (in-place random_ would
+        # break the graph); CUDA's dropout is already fast.
         return F.dropout(x, p, training=True)
     dropped = _dropped_levels(p)
     if dropped == 0:

@@ -8,18 +8,22 @@ Shape legend:
     T positions, the earlier keys come from a cache),
     H query heads, Hkv key/value heads, G = H / Hkv query heads per key/value head,
     Dk query/key head size, Dv value head size,
-    w the window, n query blocks of b queries each,
-    W keys per block: the global keys, then the keys around the block.
+    w the window, n query blocks of b queries each, c blocks in one chunk,
+    W keys per block: the global keys, then the span of keys around the block.
 
 How it stays linear: the T queries are cut into n blocks of b = w positions (fewer
-when T or S is shorter). The queries of a block at positions start ... start + b - 1
-may only see keys in start - w ... start + b - 1 + w (causal: up to start + b - 1),
-so each block scores one span of b + 2w keys (causal b + w), plus the global keys:
-scores of shape (B, Hkv, n, G b, W), O(T w) instead of the (T, S) of dense attention.
-The spans of neighbouring blocks overlap; they are strided views of one padded key
-tensor (`Tensor.unfold`), not copies. Global queries (positions < n_global) see every
-key and are computed densely, n_global x S. Key/value heads are shared by their G
-query heads by folding the G heads into a block's rows, never by copying k and v.
+when T or S is shorter). The queries of a block, at positions start ... start + b - 1,
+may only see keys in start - w ... start + b - 1 + w (causal: up to start + b - 1), so
+each block attends one span of b + 2w keys (causal b + w) plus the global keys: n
+small attention problems of (b, W) scores each, O(T w) in all instead of the (T, S)
+of dense attention. The blocks go to `aiayn.attention.attend` as a batch, so that
+SDPA's fused kernel computes them without storing the scores (its math fallback,
+with dropout for example, stores one chunk's). The spans of neighbouring blocks
+overlap: they are gathered a chunk of blocks at a time, about 3x the keys and values
+in all. Global queries
+(positions < n_global) see every key and are computed densely, n_global x S. Key/value
+heads serve their G query heads by folding the G heads into a block's rows, never by
+copying k and v per query head.
 
 Departures from the papers: the window is `window` positions on *each* side
 (Longformer's w is the whole width, w / 2 a side); the global tokens are the first
@@ -37,10 +41,11 @@ from torch import Tensor
 
 from aiayn.attention import attend
 
-# Blocks are scored a chunk at a time so that inference holds at most about this many
-# score elements at once (64 MiB in float32), whatever the length. Under autograd each
-# chunk's weights are kept for the backward pass anyway: O(H T W) in all.
-SCORES_PER_CHUNK = 2**24
+# Blocks go to `attend` a chunk at a time: a chunk gathers at most about this many
+# key, value and (for SDPA's math fallback) score elements, 64 MiB in float32, so that
+# inference memory stays bounded whatever the length. Under autograd every chunk's
+# gathered keys and values are kept for the backward pass: O(T (Dk + Dv) W / b) in all.
+ELEMENTS_PER_CHUNK = 2**24
 
 
 def band_mask(
@@ -103,8 +108,9 @@ def sliding_window_attention(
     or j < n_global (a global key; causal: only j <= p),
     or p < n_global (a global query sees every key; causal: only j <= p);
     and always only where key_mask[b, j] is True. A query with no key to attend gets
-    a zero output, not NaN. Memory is O(B H T (w + n_global)) plus the inputs; see the
-    module docstring for the blocked scheme.
+    a zero output, not NaN. Time is O(T (w + n_global) + n_global S) and memory, with
+    SDPA's fused kernel, O(T (Dk + Dv)) beyond the inputs; see the module docstring for
+    the blocked scheme.
 
     Args:
         q: (B, H, T, Dk) queries, the last T of the S positions.
@@ -141,78 +147,75 @@ def sliding_window_attention(
     block = max(1, min(reach, t_len))
     n_blocks = math.ceil(t_len / block)
     span = reach + block + ahead  # keys around one block
-    # Row r of block m stands at start + r, start = offset + m b; column c of its span
-    # at start - reach + c; so p - j = reach + r - c, the same for every block.
-    rows = torch.arange(block, device=q.device)[:, None]
-    columns = torch.arange(span, device=q.device)[None, :]
-    band = (reach + rows - columns >= -ahead) & (reach + rows - columns <= reach)  # (b, span)
-
-    # Keys and values at positions first ... last - 1 (zeros outside 0 ... S - 1).
-    first, last = offset - reach, offset + n_blocks * block + ahead
-    k_local = _positions(k, first, last).unfold(2, span, block)  # (B, Hkv, n, Dk, span)
-    v_local = _positions(v, first, last).unfold(2, span, block)  # (B, Hkv, n, Dv, span)
-    key_pos = torch.arange(first, last, device=q.device)
-    key_ok = key_mask[:, key_pos.clamp(0, s_len - 1)]  # (B, last - first)
-    # Global keys are scored once, in their own columns, not again inside a span.
-    key_ok = key_ok & (key_pos >= n_global) & (key_pos < s_len)
-    local_ok = key_ok.unfold(1, span, block)[:, :, None, :] & band  # (B, n, b, span)
-
-    k_global = k[:, :, None, :n_global].transpose(-1, -2)  # (B, Hkv, 1, Dk, n_global)
-    v_global = v[:, :, None, :n_global].transpose(-1, -2)  # (B, Hkv, 1, Dv, n_global)
-    query_pos = offset + torch.arange(n_blocks * block, device=q.device).view(n_blocks, block)
-    global_ok = key_mask[:, None, None, :n_global]  # (B, 1, 1, n_global)
-    if causal:
-        global_pos = torch.arange(n_global, device=q.device)
-        global_ok = global_ok & (global_pos <= query_pos[..., None])  # (B, n, b, n_global)
-    global_ok = global_ok.expand(batch, n_blocks, block, n_global)
-
-    # (B, H, n b, Dk) -> (B, Hkv, n, G b, Dk): a block's rows are its G heads' queries.
-    q_blocks = F.pad(q * (1.0 / math.sqrt(d_k)), (0, 0, 0, n_blocks * block - t_len))
-    q_blocks = q_blocks.view(batch, n_kv_heads, group, n_blocks, block, d_k).transpose(2, 3)
-    q_blocks = q_blocks.reshape(batch, n_kv_heads, n_blocks, group * block, d_k)
-
     width = n_global + span  # W
-    chunk = max(1, SCORES_PER_CHUNK // (batch * n_heads * block * width))
-    outputs = []
+    # Row r of a block stands at start + r, column c of its span at start - reach + c:
+    # p - j = reach + r - c, the same for every block.
+    distance = reach + torch.arange(block, device=q.device)[:, None]
+    distance = distance - torch.arange(span, device=q.device)[None, :]  # (b, span)
+    band = (distance >= -ahead) & (distance <= reach)
+
+    per_block = batch * width * (n_kv_heads * (d_k + d_v) + n_heads * block)
+    chunk = max(1, ELEMENTS_PER_CHUNK // per_block)
+    out = q.new_empty(batch, n_heads, n_blocks * block, d_v)
+    out_blocks = out.view(batch, n_kv_heads, group, n_blocks, block, d_v)
     for lo in range(0, n_blocks, chunk):
         hi = min(lo + chunk, n_blocks)
-        keys = torch.cat([k_global.expand(-1, -1, hi - lo, -1, -1), k_local[:, :, lo:hi]], -1)
-        values = torch.cat([v_global.expand(-1, -1, hi - lo, -1, -1), v_local[:, :, lo:hi]], -1)
-        allowed = torch.cat([global_ok[:, lo:hi], local_ok[:, lo:hi]], -1)  # (B, c, b, W)
-        allowed = allowed[:, None, :, None]  # (B, 1, c, 1, b, W)
-        scores = q_blocks[:, :, lo:hi] @ keys  # (B, Hkv, c, G b, W)
-        scores = scores.view(batch, n_kv_heads, hi - lo, group, block, width)
-        # The dtype's lowest value, not -inf: a row with no key stays finite (uniform
-        # weights), and is zeroed below, as `attend` does. In place: the product's
-        # backward needs its inputs, not its output.
-        scores.masked_fill_(~allowed, torch.finfo(scores.dtype).min)
-        weights = scores.softmax(dim=-1)
-        if dropout_p > 0:
-            weights = F.dropout(weights, p=dropout_p)
-        weights = weights.view(batch, n_kv_heads, hi - lo, group * block, width)
-        out = weights @ values.transpose(-1, -2)  # (B, Hkv, c, G b, Dv)
-        out = out.view(batch, n_kv_heads, hi - lo, group, block, d_v)
-        outputs.append(out.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0))
-    out = torch.cat(outputs, dim=2).transpose(2, 3)  # (B, Hkv, G, n, b, Dv)
-    out = out.reshape(batch, n_heads, n_blocks * block, d_v)[:, :, :t_len]  # (B, H, T, Dv)
+        starts = offset + block * torch.arange(lo, hi, device=q.device)[:, None]  # (c, 1)
+        key_pos = starts - reach + torch.arange(span, device=q.device)  # (c, span)
+        inside = key_pos.clamp(0, s_len - 1)
+        # Global keys are attended once, in their own columns, not again inside a span.
+        local_ok = key_mask[:, inside] & (key_pos >= n_global) & (key_pos < s_len)
+        local_ok = local_ok[:, :, None, :] & band  # (B, c, b, span)
+        global_ok = key_mask[:, None, None, :n_global]  # (B, 1, 1, n_global)
+        if causal:
+            query_pos = starts[:, :, None] + torch.arange(block, device=q.device)[:, None]
+            global_ok = global_ok & (torch.arange(n_global, device=q.device) <= query_pos)
+        global_ok = global_ok.expand(batch, hi - lo, block, n_global)
+        allowed = torch.cat([global_ok, local_ok], dim=-1)  # (B, c, b, W)
+        allowed = allowed[:, :, None].expand(-1, -1, group, -1, -1)  # (B, c, G, b, W)
+        # (B, H, c b, Dk) -> (B c, Hkv, G b, Dk): a block's rows are its G heads' queries.
+        rows = q[:, :, lo * block : hi * block]
+        rows = F.pad(rows, (0, 0, 0, (hi - lo) * block - rows.size(2)))
+        rows = rows.view(batch, n_kv_heads, group, hi - lo, block, d_k).permute(0, 3, 1, 2, 4, 5)
+        chunk_out, _ = attend(
+            rows.reshape(batch * (hi - lo), n_kv_heads, group * block, d_k),
+            _block_keys(k, inside, n_global),
+            _block_keys(v, inside, n_global),
+            allowed.reshape(batch * (hi - lo), 1, group * block, width),
+            dropout_p=dropout_p,
+        )  # (B c, Hkv, G b, Dv)
+        chunk_out = chunk_out.view(batch, hi - lo, n_kv_heads, group, block, d_v)
+        out_blocks[:, :, :, lo:hi] = chunk_out.permute(0, 2, 3, 1, 4, 5)
 
     n_global_queries = max(0, min(t_len, n_global - offset))
-    if n_global_queries == 0:
-        return out
-    # Global queries see every key (causal: every earlier one): dense, n_global x S.
-    global_query_pos = offset + torch.arange(n_global_queries, device=q.device)[:, None]
-    allowed = key_mask[:, None, None, :]  # (B, 1, 1, S)
-    if causal:
-        allowed = allowed & (torch.arange(s_len, device=q.device) <= global_query_pos)
-    out_global, _ = attend(q[:, :, :n_global_queries], k, v, allowed, dropout_p=dropout_p)
-    return torch.cat([out_global, out[:, :, n_global_queries:]], dim=2)
+    if n_global_queries > 0:
+        # Global queries see every key (causal: every earlier one): dense, n_global x S.
+        query_pos = offset + torch.arange(n_global_queries, device=q.device)[:, None]
+        allowed = key_mask[:, None, None, :]  # (B, 1, 1, S)
+        if causal:
+            allowed = allowed & (torch.arange(s_len, device=q.device) <= query_pos)
+        out[:, :, :n_global_queries], _ = attend(
+            q[:, :, :n_global_queries], k, v, allowed, dropout_p=dropout_p
+        )
+    return out[:, :, :t_len]  # (B, H, T, Dv)
 
 
-def _positions(x: Tensor, first: int, last: int) -> Tensor:
-    """Rows first ... last - 1 of x's dim 2, zeros where outside 0 ... x.size(2) - 1."""
-    length = x.size(2)
-    inside = x[:, :, max(first, 0) : min(last, length)]
-    return F.pad(inside, (0, 0, max(0, -first), max(0, last - length)))
+def _block_keys(x: Tensor, positions: Tensor, n_global: int) -> Tensor:
+    """Each block's keys (or values): the global ones, then those at `positions`.
+
+    Args:
+        x: (B, Hkv, S, D) keys or values.
+        positions: (c, span) positions in 0 ... S - 1, one row per block.
+        n_global: the first n_global positions are global.
+
+    Returns:
+        (B c, Hkv, n_global + span, D), contiguous.
+    """
+    batch, heads, _, size = x.shape
+    n_blocks = positions.size(0)
+    local = x.transpose(1, 2)[:, positions].transpose(2, 3)  # (B, c, Hkv, span, D)
+    global_part = x[:, None, :, :n_global].expand(-1, n_blocks, -1, -1, -1)
+    return torch.cat([global_part, local], dim=3).view(batch * n_blocks, heads, -1, size)
 
 
 def _check_band(q_len: int, k_len: int, window: int, n_global: int) -> None:

@@ -1,0 +1,29 @@
+"""Recipes: the task key, and resuming runs whose config.yaml predates a key."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from aiayn.recipe import CONFIG_FILE, check_same_run, recipe_from_dict
+
+VALUES = {"data": {"corpus": "/c"}, "model": {"preset": "tiny"}, "train": {"max_steps": 1}}
+
+
+def test_the_task_defaults_to_translation_and_must_be_registered():
+    recipe = recipe_from_dict(VALUES)
+    assert recipe.task == "translation" and recipe.to_dict()["data"]["task"] == "translation"
+    assert recipe_from_dict(VALUES, ["data.task=translation"]).task == "translation"
+    with pytest.raises(ValueError, match=r"data\.task must be one of translation, got 'lm'"):
+        recipe_from_dict(VALUES, ["data.task=lm"])
+
+
+def test_a_run_without_the_task_key_resumes_as_translation(tmp_path):
+    old = {"data": {"corpus": "/c"}, "model": {"d_model": 32}, "train": {"max_steps": 1}}
+    (tmp_path / CONFIG_FILE).write_text(yaml.safe_dump(old))
+    new = {**old, "data": {"corpus": "/c", "task": "translation"}}
+    check_same_run(tmp_path, {**new, "train": {"max_steps": 5}})  # limits may change
+    with pytest.raises(ValueError, match=r"data\.task differ"):
+        check_same_run(tmp_path, {**new, "data": {"corpus": "/c", "task": "lm"}})
+    with pytest.raises(ValueError, match=r"model\.d_model differ"):
+        check_same_run(tmp_path, {**new, "model": {"d_model": 64}})
