@@ -434,3 +434,22 @@ def test_a_narrow_window_changes_the_output_and_decodes_with_a_cache():
 def test_sliding_window_refuses_a_bias_scheme():
     with pytest.raises(ValueError, match="sliding_window"):
         ModelConfig.tiny(vocab_size=50, attention="sliding_window", positional="alibi")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"positional": "relative"}, {"positional": "rotary", "attention": "sliding_window"}],
+)
+def test_the_training_step_traces_without_graph_breaks(overrides):
+    from aiayn.loss import label_smoothed_cross_entropy
+
+    model = Transformer(ModelConfig.tiny(vocab_size=50, **overrides)).train()  # dropout 0.1
+    src, tgt_in = source_and_target()
+
+    def step(src, tgt_in):
+        logits = model(src, tgt_in)
+        return label_smoothed_cross_entropy(logits, tgt_in, PAD, 0.1).loss
+
+    explanation = torch._dynamo.explain(step)(src, tgt_in)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    assert explanation.graph_count == 1

@@ -25,12 +25,13 @@ class LossOutput:
     Attributes:
         loss: label-smoothed cross-entropy, summed (what training minimises).
         nll: plain negative log-likelihood, summed (for perplexity).
-        n_tokens: real target tokens, the denominator of both means.
+        n_tokens: real target tokens, the denominator of both means (a 0-dim int64
+            tensor: reading it as a number would break a `torch.compile` graph).
     """
 
     loss: Tensor
     nll: Tensor
-    n_tokens: int
+    n_tokens: Tensor
 
 
 def label_smoothed_cross_entropy(
@@ -60,5 +61,5 @@ def label_smoothed_cross_entropy(
     return LossOutput(
         loss=loss.where(real, zero).sum(),
         nll=nll.where(real, zero).sum(),
-        n_tokens=int(real.sum()),
+        n_tokens=real.sum(),
     )

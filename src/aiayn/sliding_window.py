@@ -41,10 +41,11 @@ from torch import Tensor
 
 from aiayn.attention import attend
 
-# Blocks go to `attend` a chunk at a time: a chunk gathers at most about this many
-# key, value and (for SDPA's math fallback) score elements, 64 MiB in float32, so that
-# inference memory stays bounded whatever the length. Under autograd every chunk's
-# gathered keys and values are kept for the backward pass: O(T (Dk + Dv) W / b) in all.
+# Without autograd, blocks go to `attend` a chunk at a time: a chunk gathers at most
+# about this many key, value and (for SDPA's math fallback) score elements, 64 MiB in
+# float32, so that inference memory stays bounded whatever the length. Under autograd
+# all blocks go at once; their gathered keys and values are kept for the backward
+# pass: O(T (Dk + Dv) W / b) in all.
 ELEMENTS_PER_CHUNK = 2**24
 
 
@@ -156,6 +157,10 @@ def sliding_window_attention(
 
     per_block = batch * width * (n_kv_heads * (d_k + d_v) + n_heads * block)
     chunk = max(1, ELEMENTS_PER_CHUNK // per_block)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        # One chunk: autograd keeps every chunk's keys anyway, and each chunk's backward
+        # would scatter into a whole-length gradient (chunks x S work).
+        chunk = n_blocks
     out = q.new_empty(batch, n_heads, n_blocks * block, d_v)
     out_blocks = out.view(batch, n_kv_heads, group, n_blocks, block, d_v)
     for lo in range(0, n_blocks, chunk):

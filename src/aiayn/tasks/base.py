@@ -145,7 +145,7 @@ def evaluate_task(
         with autocast():
             out = task.loss(model, batch.to(device), 0.0)
         nll += out.nll.item()
-        tokens += out.n_tokens
+        tokens += int(out.n_tokens)
     metrics = {"loss": nll / tokens, "ppl": math.exp(min(nll / tokens, 50.0))}
     metrics.update(task.validation_metrics(model, autocast))
     model.train()
