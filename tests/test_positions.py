@@ -360,3 +360,32 @@ def test_alibi_bias_of_cached_queries_is_the_last_rows_of_the_full_bias(causal):
     full = scheme.attention_bias(9, 9)
     assert full.shape == (Sizes.n_heads, 9, 9)
     torch.testing.assert_close(scheme.attention_bias(3, 9), full[:, 6:], rtol=0, atol=0)
+
+
+# ----- README's "Extending aiayn" example, run as written --------------------------------
+
+
+def test_readme_example_scheme_trains_decodes_with_a_cache_and_freezes(scratch_registry):
+    import re
+    from pathlib import Path
+
+    from aiayn import ModelConfig, Transformer, freeze
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    (code,) = re.findall(
+        r"```python\n(# src/aiayn/positions/previous_token.py\n.*?)```", readme, re.S
+    )
+    exec(compile(code, "README.md", "exec"), {})  # registers "previous_token"
+    model = Transformer(ModelConfig.tiny(vocab_size=30, positional="previous_token")).eval()
+    bonus = model.decoder.embedding.positions.bonus
+    with torch.no_grad():
+        bonus.fill_(3.0)
+    src, tgt = torch.randint(3, 30, (2, 6)), torch.randint(3, 30, (2, 5))
+    with torch.no_grad():
+        full = model(src, tgt)
+        encoded, cache = model.encode(src), model.new_cache()
+        steps = [model.decode(tgt[:, t : t + 1], encoded, cache) for t in range(5)]
+        torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(freeze(model)(src, tgt), full, rtol=1e-5, atol=1e-5)
+        bonus.zero_()
+        assert not torch.allclose(model(src, tgt), full)  # the bias took part
