@@ -521,17 +521,8 @@ def beam_search(
     scores[:, 0] = 0.0  # all beams start equal: keep one, or the first step picks duplicates
     sentence = torch.arange(batch, device=device)
 
-    # Finished hypotheses, the best P per live sentence, sorted by normalised score.
-    fin_tokens = torch.full((batch, n_keep, longest), cfg.pad_id, dtype=torch.long, device=device)
-    fin_scores = torch.full((batch, n_keep), NEG_INF, dtype=dtype, device=device)
-    fin_log_probs = torch.full((batch, n_keep), NEG_INF, dtype=dtype, device=device)
-    n_finished = torch.zeros(batch, dtype=torch.long, device=device)
-    # Results, by original sentence index.
-    out_tokens, out_scores, out_log_probs = (
-        fin_tokens.clone(),
-        fin_scores.clone(),
-        fin_log_probs.clone(),
-    )
+    finished = Finished.empty(batch, n_keep, longest, cfg.pad_id, dtype, device)  # live sentences
+    results = Finished.empty(batch, n_keep, longest, cfg.pad_id, dtype, device)  # all, by index
     lp_longest = length_penalty(max_out.to(dtype), alpha, penalty)  # (B,)
 
     for t in range(1, longest + 1):
@@ -552,13 +543,7 @@ def beam_search(
             new_tokens = new_tokens[:, :, 1:].clone()  # (N, K, L) without bos
             new_tokens[:, :, t - 1] = cfg.eos_id
             new_scores = top_scores[:, :k] / length_penalty(t, alpha, penalty)
-            new_scores = new_scores.masked_fill(~finishing, NEG_INF)
-            pool_scores = torch.cat([fin_scores, new_scores], dim=1)  # (N, P + K)
-            fin_scores, best = pool_scores.topk(n_keep, dim=1)
-            fin_log_probs = torch.cat([fin_log_probs, top_scores[:, :k]], dim=1).gather(1, best)
-            pool_tokens = torch.cat([fin_tokens, new_tokens], dim=1)
-            fin_tokens = pool_tokens.gather(1, best[:, :, None].expand(-1, -1, longest))
-            n_finished = n_finished + finishing.sum(dim=1)
+            finished.add(new_tokens, new_scores, top_scores[:, :k], finishing)
 
         # The best K candidates not ending in eos stay live.
         live_scores, pick = top_scores.masked_fill(ends, NEG_INF).topk(k, dim=1)  # (N, K)
@@ -567,51 +552,107 @@ def beam_search(
         tokens[:, :, t] = token.gather(1, pick)
         scores = live_scores
 
-        if exact:  # the best any live hypothesis can reach
-            best_possible = scores[:, 0] / lp_longest
-            settled = (n_finished >= k) | (fin_scores[:, -1] >= best_possible)
-        else:  # transformers' heuristic: needs K finished
-            lp_now = (
-                lp_longest
-                if early_stopping is EarlyStopping.NEVER
-                else length_penalty(t, alpha, penalty)
-            )
-            settled = (n_finished >= k) & (fin_scores[:, -1] >= scores[:, 0] / lp_now)
-        done = settled | (max_out <= t)
+        lp_now = (  # what the heuristic rules normalise the best live score by
+            lp_longest
+            if exact or early_stopping is EarlyStopping.NEVER
+            else length_penalty(t, alpha, penalty)
+        )
+        done = finished.settled(scores[:, 0] / lp_now, k, exact) | (max_out <= t)
         parent_rows = (torch.arange(n_live, device=device)[:, None] * k + live_parent).view(-1)
         if not bool(done.any()):
             decoding.keep(parent_rows)  # every sentence stays
             continue
 
-        finished_sentences = sentence[done]
-        out_tokens[finished_sentences] = fin_tokens[done]
-        out_scores[finished_sentences] = fin_scores[done]
-        out_log_probs[finished_sentences] = fin_log_probs[done]
+        results.put(sentence[done], finished.select(done))
         keep = (~done).nonzero().squeeze(1)
         if keep.numel() == 0:
             break
         decoding.keep(parent_rows.view(n_live, k)[keep].view(-1), keep)
         tokens, scores, sentence = tokens[keep], scores[keep], sentence[keep]
-        fin_tokens, fin_scores, fin_log_probs = (
-            fin_tokens[keep],
-            fin_scores[keep],
-            fin_log_probs[keep],
-        )
-        n_finished, max_out, lp_longest = n_finished[keep], max_out[keep], lp_longest[keep]
+        finished = finished.select(keep)
+        max_out, lp_longest = max_out[keep], lp_longest[keep]
 
-    results: list[list[Hypothesis]] = []
-    flat_tokens = _strip(out_tokens.view(batch * n_keep, longest), cfg.eos_id, cfg.pad_id)
-    for b, (row_scores, row_log_probs) in enumerate(
-        zip(out_scores.tolist(), out_log_probs.tolist(), strict=True)
-    ):
-        results.append(
+    return results.nbest_lists(nbest, cfg.eos_id, cfg.pad_id)
+
+
+@dataclass
+class Finished:
+    """Finished hypotheses of beam search, the best P per sentence, best first.
+
+    Attributes:
+        tokens: (N, P, L) ids, eos included, padded.
+        scores: (N, P) normalised scores (-inf where none).
+        log_probs: (N, P) summed log-probabilities.
+        count: (N,) hypotheses finished so far, kept or not.
+    """
+
+    tokens: Tensor
+    scores: Tensor
+    log_probs: Tensor
+    count: Tensor
+
+    @classmethod
+    def empty(
+        cls, n: int, p: int, longest: int, pad_id: int, dtype: torch.dtype, device: torch.device
+    ) -> Finished:
+        return cls(
+            torch.full((n, p, longest), pad_id, dtype=torch.long, device=device),
+            torch.full((n, p), NEG_INF, dtype=dtype, device=device),
+            torch.full((n, p), NEG_INF, dtype=dtype, device=device),
+            torch.zeros(n, dtype=torch.long, device=device),
+        )
+
+    def add(self, tokens: Tensor, scores: Tensor, log_probs: Tensor, finishing: Tensor) -> None:
+        """Merge (N, K) candidates where `finishing`, keeping the best P per sentence."""
+        scores = scores.masked_fill(~finishing, NEG_INF)
+        self.scores, best = torch.cat([self.scores, scores], dim=1).topk(self.scores.size(1), dim=1)
+        self.log_probs = torch.cat([self.log_probs, log_probs], dim=1).gather(1, best)
+        pool = torch.cat([self.tokens, tokens], dim=1)  # (N, P + K, L)
+        self.tokens = pool.gather(1, best[:, :, None].expand(-1, -1, pool.size(2)))
+        self.count = self.count + finishing.sum(dim=1)
+
+    def settled(self, best_live: Tensor, k: int, exact: bool) -> Tensor:
+        """(N,) sentences whose n-best can no longer change (see `EarlyStopping`).
+
+        Args:
+            best_live: each sentence's best live score, normalised: by the longest
+                output's length penalty (EXACT: the best it can ever reach), or as
+                the heuristic rules say.
+            k: the beam; K finished hypotheses always settle EXACT.
+            exact: EXACT, or transformers' heuristics (which need K finished).
+        """
+        worst_kept_wins = self.scores[:, -1] >= best_live
+        if exact:
+            return (self.count >= k) | worst_kept_wins
+        return (self.count >= k) & worst_kept_wins
+
+    def select(self, rows: Tensor) -> Finished:
+        return Finished(
+            self.tokens[rows], self.scores[rows], self.log_probs[rows], self.count[rows]
+        )
+
+    def put(self, rows: Tensor, other: Finished) -> None:
+        """Store `other`'s sentences at `rows` (results, by original sentence index)."""
+        self.tokens[rows], self.scores[rows], self.log_probs[rows] = (
+            other.tokens,
+            other.scores,
+            other.log_probs,
+        )
+
+    def nbest_lists(self, nbest: int, eos_id: int, pad_id: int) -> list[list[Hypothesis]]:
+        """Up to `nbest` `Hypothesis` per sentence, best first."""
+        n, p, longest = self.tokens.shape
+        flat_tokens = _strip(self.tokens.view(n * p, longest), eos_id, pad_id)
+        return [
             [
-                Hypothesis(tokens=flat_tokens[b * n_keep + p], log_prob=lp, score=s)
-                for p, (s, lp) in enumerate(zip(row_scores, row_log_probs, strict=True))
+                Hypothesis(tokens=flat_tokens[b * p + i], log_prob=lp, score=s)
+                for i, (s, lp) in enumerate(zip(row_scores, row_log_probs, strict=True))
                 if s > NEG_INF
             ][:nbest]
-        )
-    return results
+            for b, (row_scores, row_log_probs) in enumerate(
+                zip(self.scores.tolist(), self.log_probs.tolist(), strict=True)
+            )
+        ]
 
 
 # ----- one entry point -----------------------------------------------------------
