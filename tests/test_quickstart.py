@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import sacrebleu
+import torch
 from typer.testing import CliRunner
 
 from aiayn.cli import app
@@ -124,6 +125,25 @@ def test_quickstart_tiny_end_to_end_and_resume(tmp_path):
     )
     assert scored.exit_code == 0, scored.output
     assert len(read_lines(tmp_path / "ev" / "hypotheses.txt")) == 296
+
+    # What decodes is the inference transform of the Bible-trained model: same outputs.
+    from aiayn.search import DecodeConfig, search
+    from aiayn.translate import Translator
+
+    translator = Translator.load(out / "run")
+    sources = [s for s, _ in PreparedCorpus.load(out / "data").read("test")[:24]]
+    src = translator.to_batch(translator.encode(sources))
+    literal, frozen = translator.model, translator.engine
+    with torch.no_grad():
+        tgt = src[:, :6].clone()
+        expected = literal.decode(tgt, literal.encode(src))
+        torch.testing.assert_close(
+            frozen.decode(tgt, frozen.encode(src)), expected, rtol=1e-5, atol=1e-5
+        )
+    for beam in (1, 4):
+        config = DecodeConfig(beam=beam, nbest=beam)
+        want, got = search(literal, src, config), search(frozen, src, config)
+        assert [[h.tokens for h in r] for r in got] == [[h.tokens for h in r] for r in want]
 
 
 def test_quickstart_names_a_missing_recipe(tmp_path):
