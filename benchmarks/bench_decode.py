@@ -397,7 +397,7 @@ def main() -> None:
         )
     )
     path = common.write_json(
-        "decode",
+        f"decode-vs-{args.against}" if args.against else "decode",
         {"args": {k: str(v) for k, v in vars(args).items()}, "results": records},
     )
     print(
