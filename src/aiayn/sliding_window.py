@@ -16,14 +16,14 @@ when T or S is shorter). The queries of a block, at positions start ... start + 
 may only see keys in start - w ... start + b - 1 + w (causal: up to start + b - 1), so
 each block attends one span of b + 2w keys (causal b + w) plus the global keys: n
 small attention problems of (b, W) scores each, O(T w) in all instead of the (T, S)
-of dense attention. The blocks go to `aiayn.attention.attend` as a batch, so that
-SDPA's fused kernel computes them without storing the scores (its math fallback,
-with dropout for example, stores one chunk's). The spans of neighbouring blocks
-overlap: they are gathered a chunk of blocks at a time, about 3x the keys and values
-in all. Global queries
-(positions < n_global) see every key and are computed densely, n_global x S. Key/value
-heads serve their G query heads by folding the G heads into a block's rows, never by
-copying k and v per query head.
+of dense attention. The blocks go to `aiayn.attention.attend` as one batch, so that
+SDPA's fused kernel computes them without storing the scores (its math fallback, with
+dropout for example, stores them). The spans of neighbouring blocks overlap: each
+block gets a copy of its keys and values (about 3x k and v in all) and a (b, W) mask.
+Without autograd, blocks go a chunk at a time, so that those copies stay bounded
+whatever the length. Global queries (positions < n_global) see every key and are
+computed densely, n_global x S. Key/value heads serve their G query heads by folding
+the G heads into a block's rows, never by copying k and v per query head.
 
 Departures from the papers: the window is `window` positions on *each* side
 (Longformer's w is the whole width, w / 2 a side); the global tokens are the first
@@ -109,9 +109,8 @@ def sliding_window_attention(
     or j < n_global (a global key; causal: only j <= p),
     or p < n_global (a global query sees every key; causal: only j <= p);
     and always only where key_mask[b, j] is True. A query with no key to attend gets
-    a zero output, not NaN. Time is O(T (w + n_global) + n_global S) and memory, with
-    SDPA's fused kernel, O(T (Dk + Dv)) beyond the inputs; see the module docstring for
-    the blocked scheme.
+    a zero output, not NaN. Time is O(T (w + n_global) + n_global S) and memory linear
+    in T, never (T, S); see the module docstring for the blocked scheme.
 
     Args:
         q: (B, H, T, Dk) queries, the last T of the S positions.
@@ -165,15 +164,17 @@ def sliding_window_attention(
     out_blocks = out.view(batch, n_kv_heads, group, n_blocks, block, d_v)
     for lo in range(0, n_blocks, chunk):
         hi = min(lo + chunk, n_blocks)
-        starts = offset + block * torch.arange(lo, hi, device=q.device)[:, None]  # (c, 1)
-        key_pos = starts - reach + torch.arange(span, device=q.device)  # (c, span)
-        inside = key_pos.clamp(0, s_len - 1)
+        first = offset + lo * block - reach  # the chunk's first span starts here
+        starts = block * torch.arange(hi - lo, device=q.device)[:, None]  # (c, 1), from first
+        key_pos = first + starts + torch.arange(span, device=q.device)  # (c, span)
         # Global keys are attended once, in their own columns, not again inside a span.
-        local_ok = key_mask[:, inside] & (key_pos >= n_global) & (key_pos < s_len)
+        local_ok = key_mask[:, key_pos.clamp(0, s_len - 1)]  # (B, c, span)
+        local_ok = local_ok & (key_pos >= n_global) & (key_pos < s_len)
         local_ok = local_ok[:, :, None, :] & band  # (B, c, b, span)
         global_ok = key_mask[:, None, None, :n_global]  # (B, 1, 1, n_global)
         if causal:
-            query_pos = starts[:, :, None] + torch.arange(block, device=q.device)[:, None]
+            query_pos = first + reach + starts[:, :, None]  # (c, 1, 1)
+            query_pos = query_pos + torch.arange(block, device=q.device)[:, None]  # (c, b, 1)
             global_ok = global_ok & (torch.arange(n_global, device=q.device) <= query_pos)
         global_ok = global_ok.expand(batch, hi - lo, block, n_global)
         allowed = torch.cat([global_ok, local_ok], dim=-1)  # (B, c, b, W)
@@ -184,8 +185,8 @@ def sliding_window_attention(
         rows = rows.view(batch, n_kv_heads, group, hi - lo, block, d_k).permute(0, 3, 1, 2, 4, 5)
         chunk_out, _ = attend(
             rows.reshape(batch * (hi - lo), n_kv_heads, group * block, d_k),
-            _block_keys(k, inside, n_global),
-            _block_keys(v, inside, n_global),
+            _block_keys(k, first, hi - lo, block, span, n_global),
+            _block_keys(v, first, hi - lo, block, span, n_global),
             allowed.reshape(batch * (hi - lo), 1, group * block, width),
             dropout_p=dropout_p,
         )  # (B c, Hkv, G b, Dv)
@@ -205,22 +206,33 @@ def sliding_window_attention(
     return out[:, :, :t_len]  # (B, H, T, Dv)
 
 
-def _block_keys(x: Tensor, positions: Tensor, n_global: int) -> Tensor:
-    """Each block's keys (or values): the global ones, then those at `positions`.
+def _block_keys(
+    x: Tensor, first: int, n_blocks: int, block: int, span: int, n_global: int
+) -> Tensor:
+    """Each block's keys (or values): the global ones, then the span around the block.
+
+    Block m's span is positions first + m b ... first + m b + span - 1; positions
+    outside 0 ... S - 1 give zeros (the caller masks them).
 
     Args:
         x: (B, Hkv, S, D) keys or values.
-        positions: (c, span) positions in 0 ... S - 1, one row per block.
+        first: the position the first block's span starts at (may be negative).
+        n_blocks: c, the blocks.
+        block: b, positions from one block's span to the next's.
+        span: positions in a span.
         n_global: the first n_global positions are global.
 
     Returns:
         (B c, Hkv, n_global + span, D), contiguous.
     """
-    batch, heads, _, size = x.shape
-    n_blocks = positions.size(0)
-    local = x.transpose(1, 2)[:, positions].transpose(2, 3)  # (B, c, Hkv, span, D)
+    batch, heads, length, size = x.shape
+    last = first + (n_blocks - 1) * block + span
+    rows = x[:, :, max(first, 0) : min(last, length)]
+    if first < 0 or last > length:
+        rows = F.pad(rows, (0, 0, max(0, -first), max(0, last - length)))
+    spans = rows.unfold(2, span, block).permute(0, 2, 1, 4, 3)  # (B, c, Hkv, span, D), a view
     global_part = x[:, None, :, :n_global].expand(-1, n_blocks, -1, -1, -1)
-    return torch.cat([global_part, local], dim=3).view(batch * n_blocks, heads, -1, size)
+    return torch.cat([global_part, spans], dim=3).view(batch * n_blocks, heads, -1, size)
 
 
 def _check_band(q_len: int, k_len: int, window: int, n_global: int) -> None:
