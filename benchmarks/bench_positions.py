@@ -113,8 +113,17 @@ def train_scheme(scheme: str, args: argparse.Namespace):
     return model.eval(), time.perf_counter() - started
 
 
-def exact_match(fast, test: str, args: argparse.Namespace) -> float:
-    """% of args.test_size held-out sequences whose greedy output equals the target."""
+def agreement(output: list[int], target: list[int]) -> float:
+    """Share of positions where output and target agree, over the longer of the two."""
+    same = sum(a == b for a, b in zip(output, target, strict=False))
+    return same / max(len(output), len(target))
+
+
+def score_test(fast, test: str, args: argparse.Namespace) -> tuple[float, float]:
+    """Exact match and token agreement (%) of greedy outputs on one held-out test set.
+
+    test is "in" (lengths uniform in 1 .. args.train_max) or a length.
+    """
     import torch
 
     from aiayn.search import greedy_search
@@ -126,14 +135,16 @@ def exact_match(fast, test: str, args: argparse.Namespace) -> float:
     else:
         lengths = [int(test)] * args.test_size
     src, _, tgt_out = sample_batch(data, lengths, args.vocab_size, args.task)
-    correct = 0
+    exact, agree = 0, 0.0
     with torch.inference_mode():
         for first in range(0, args.test_size, args.decode_batch):
             rows = slice(first, first + args.decode_batch)
             found = greedy_search(fast, src[rows], extra_len=args.extra_len)
             for hypotheses, target, length in zip(found, tgt_out[rows], lengths[rows], strict=True):
-                correct += hypotheses[0].tokens == target[:length].tolist()
-    return 100.0 * correct / args.test_size
+                output, target = hypotheses[0].tokens, target[:length].tolist()
+                exact += output == target
+                agree += agreement(output, target)
+    return 100.0 * exact / args.test_size, 100.0 * agree / args.test_size
 
 
 def run_extrapolation(args: argparse.Namespace) -> None:
@@ -146,23 +157,35 @@ def run_extrapolation(args: argparse.Namespace) -> None:
         args.steps, args.test_size = 300, 50
     tests = ["in", *args.test_lengths.split(",")]
     args.max_len = max(512, max(int(t) for t in tests[1:]) + args.extra_len + 2)
-    records, rows = [], []
+    records = []
     for scheme in args.schemes.split(","):
         model, seconds = train_scheme(scheme, args)
         fast = freeze(model)
-        scores = {test: exact_match(fast, test, args) for test in tests}
-        records.append(dict(scheme=scheme, train_seconds=round(seconds, 1), exact_match=scores))
-        rows.append([scheme, *(scores[t] for t in tests), seconds])
-        print(f"{scheme}: {scores}, {seconds:.0f} s", file=sys.stderr)
+        scores = {test: score_test(fast, test, args) for test in tests}
+        records.append(
+            dict(
+                scheme=scheme,
+                train_seconds=round(seconds, 1),
+                exact_match={t: round(exact, 1) for t, (exact, _) in scores.items()},
+                token_agreement={t: round(agree, 1) for t, (_, agree) in scores.items()},
+            )
+        )
+        print(f"{scheme}: {scores} (exact, agreement), {seconds:.0f} s", file=sys.stderr)
 
-    in_label = f"1-{args.train_max} (in)"
-    headers = ["scheme", *(in_label if t == "in" else f"{t}" for t in tests), "train s"]
+    headers = ["scheme", *(f"1-{args.train_max} (in)" if t == "in" else t for t in tests)]
     print(
         f"\nExact match (%) of greedy {args.task} of {args.test_size} held-out sequences per "
-        f"length, trained on lengths 1-{args.train_max}: {args.steps} steps of {args.batch}, "
+        f"length, trained on lengths 1-{args.train_max}: {args.steps} steps of {args.batch}; "
         f"{common.machine()}, 1 thread\n"
     )
-    print(common.table(headers, [[r[0], *(f"{v:.1f}" for v in r[1:-1]), r[-1]] for r in rows]))
+    rows = [
+        [r["scheme"], *(f"{v:.1f}" for v in r["exact_match"].values()), r["train_seconds"]]
+        for r in records
+    ]
+    print(common.table([*headers, "train s"], rows))
+    print("\nToken agreement (%): positions where output and target agree, over the longer\n")
+    rows = [[r["scheme"], *(f"{v:.1f}" for v in r["token_agreement"].values())] for r in records]
+    print(common.table(headers, rows))
     settings = {
         k: v
         for k, v in vars(args).items()
@@ -263,7 +286,7 @@ def bible_table(records: list[dict]) -> str:
 def run_bible(args: argparse.Namespace) -> None:
     args.out = args.out.resolve()
     schemes = args.schemes.split(",")
-    corpus = args.out / "corpus"
+    corpus = (args.corpus or args.out / "corpus").resolve()
     prepare_corpus(corpus)  # once, before any run: parallel runs must not both prepare it
     waiting, running, records = list(schemes), {}, {}
     settings = {
@@ -275,6 +298,7 @@ def run_bible(args: argparse.Namespace) -> None:
         "threads_per_run": args.threads,
         "test_pairs": args.test_pairs or "all",
         "out": str(args.out),
+        "corpus": str(corpus),
     }
     while waiting or running:
         while waiting and len(running) < args.parallel:
@@ -307,6 +331,19 @@ def run_bible(args: argparse.Namespace) -> None:
 # ----- results and command line ------------------------------------------------------------
 
 
+def library() -> dict[str, str]:
+    """Where the aiayn under test lies, and its checkout's commit (if it is one)."""
+    import aiayn
+
+    repository = Path(aiayn.__file__).resolve().parents[2]
+    found = subprocess.run(
+        ["git", "-C", str(repository), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+    )
+    return {"path": str(repository), "commit": found.stdout.strip() or "unknown"}
+
+
 def update_results(key: str, payload: dict[str, Any], path: Path) -> Path:
     """Write `key` of the results file (with the date and machine), keeping its other keys."""
     from aiayn.files import write_atomic
@@ -316,6 +353,7 @@ def update_results(key: str, payload: dict[str, Any], path: Path) -> Path:
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": common.machine(),
         "versions": common.versions(),
+        "library": library(),
         **payload,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -334,9 +372,9 @@ def main() -> None:
     a.add_argument("--vocab-size", type=int, default=24, help="symbols are 3 .. V-1")
     a.add_argument("--train-max", type=int, default=32, help="train on lengths 1 .. this")
     a.add_argument("--test-lengths", default="64,128", help="besides in-distribution")
-    a.add_argument("--steps", type=int, default=2000)
+    a.add_argument("--steps", type=int, default=1000)
     a.add_argument("--batch", type=int, default=64)
-    a.add_argument("--lr", type=float, default=1e-3)
+    a.add_argument("--lr", type=float, default=2e-3)
     a.add_argument("--warmup", type=int, default=100)
     a.add_argument("--smoothing", type=float, default=0.0)
     a.add_argument("--test-size", type=int, default=200, help="sequences per test length")
@@ -349,6 +387,7 @@ def main() -> None:
     b = parts.add_parser("bible", help="part B: the quickstart once per scheme")
     b.add_argument("--schemes", default=",".join(BIBLE_ORDER))
     b.add_argument("--out", type=Path, default=Path("/tmp/posruns"))
+    b.add_argument("--corpus", type=Path, default=None, help="prepared here (default OUT/corpus)")
     b.add_argument("--minutes", type=float, default=15.0)
     b.add_argument("--parallel", type=int, default=2, help="runs at a time")
     b.add_argument("--threads", type=int, default=1, help="per run")
