@@ -312,8 +312,9 @@ def main() -> None:
     )
     headers = ["shape", "system", "params", "tgt tok/s", "ms/step", "TFLOP/s", "MFU"]
     print(common.table([*headers, "vs HF", "vs torch.nn"], rows))
+    name = "train-compile" if COMPILED in systems else "train"  # keeps the peer tables' file
     path = common.write_json(
-        "train", {"args": {k: str(v) for k, v in vars(args).items()}, "results": records}
+        name, {"args": {k: str(v) for k, v in vars(args).items()}, "results": records}
     )
     print(f"\nwritten {path}")
 
