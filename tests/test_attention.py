@@ -228,3 +228,16 @@ def test_growing_store_accepts_keys_assigned_directly():
     k, v = store.append(torch.full((2, 1, 1, 4), 2.0), torch.full((2, 1, 1, 4), 2.0))
     assert k[0, 0, :, 0].tolist() == [1.0] * 5 + [2.0]
     assert v.shape == (2, 1, 6, 4)
+
+
+def test_multi_head_attention_as_a_textbook_reader_builds_it():
+    mha = MultiHeadAttention(d_model=512, n_heads=8)
+    assert (mha.n_kv_heads, mha.d_k, mha.d_v) == (8, 64, 64)
+    x = torch.randn(2, 10, 512)
+    out, weights = mha(x, x, need_weights=True)
+    assert out.shape == (2, 10, 512) and weights.shape == (2, 8, 10, 10)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 8, 10))
+    alone, _ = mha(x)  # the source defaults to the query: self-attention
+    torch.testing.assert_close(alone, out, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="d_k and d_v"):
+        MultiHeadAttention(d_model=10, n_heads=4)
