@@ -41,6 +41,7 @@ from aiayn.config import Activation
 from aiayn.layers import FeedForward
 from aiayn.masks import key_mask
 from aiayn.model import Transformer
+from aiayn.positions import PositionScheme
 
 PACK_MIN_ELEMENTS = 1 << 20  # weights from this size may be packed by oneDNN...
 PACK_MIN_ROWS = 16  # ...when multiplied by this many rows or more
@@ -153,7 +154,7 @@ class FrozenSelfAttention(nn.Module):
         causal: bool = False,
         cache: LayerKV | None = None,
         need_weights: bool = False,
-        rotary=None,
+        rotary: PositionScheme | None = None,
         bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """As `MultiHeadAttention.forward` for self-attention (`source` is `query`)."""
@@ -195,7 +196,7 @@ class FrozenCrossAttention(nn.Module):
         causal: bool = False,
         cache: LayerKV | None = None,
         need_weights: bool = False,
-        rotary=None,
+        rotary: PositionScheme | None = None,
         bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """As `MultiHeadAttention.forward` for encoder-decoder attention.

@@ -8,7 +8,11 @@ Shape legend:
     logits = model(src_ids, tgt_in_ids)          # (B, T, V)
 
 For search, `encode` runs the encoder once and `decode` runs the decoder on new
-target tokens only, with a `KVCache` holding the keys and values of the prefix.
+target tokens only, with a `KVCache` holding the keys and values of the prefix;
+`start` wraps both for `aiayn.search` (an `EncoderDecoderDecoding`).
+
+This is the training model, the paper written literally; `aiayn.inference.freeze`
+turns a trained one into the fast model that decoding runs.
 """
 
 from __future__ import annotations
@@ -217,6 +221,8 @@ class Transformer(nn.Module):
     the source embedding, the target embedding and the pre-softmax projection (3.4).
     """
 
+    shares_source_rows = False  # beams copy their sentence's encoder output (see start)
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
@@ -361,7 +367,7 @@ class EncoderDecoderDecoding:
         encoded = model.encode(src)
         self.input_lengths = encoded.real_tokens.sum(dim=1)  # (B,) eos included
         self.dtype = encoded.hidden.dtype
-        self.shared = beam > 1 and getattr(model, "shares_source_rows", False)
+        self.shared = beam > 1 and model.shares_source_rows
         if beam > 1 and not self.shared:
             encoded = encoded.index_select(
                 torch.arange(src.size(0), device=src.device).repeat_interleave(beam)

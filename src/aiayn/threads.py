@@ -54,12 +54,20 @@ class StepThreads:
         self.cfg: ModelConfig = model.cfg
 
     def start(self, src: Tensor, beam: int = 1) -> Decoding:
-        decoding = self.model.start(src, beam)  # the encoder: the threads torch is set to
-        step = decoding.step
+        # The encoder (inside start) runs with the threads torch is set to.
+        return _FewerThreadsDecoding(self.model.start(src, beam), self.threads)
 
-        def step_with_fewer_threads(last: Tensor) -> Tensor:
-            with intra_op_threads(self.threads):
-                return step(last)
 
-        decoding.step = step_with_fewer_threads
-        return decoding
+class _FewerThreadsDecoding:
+    """A `Decoding` whose steps run with `threads` intra-op threads."""
+
+    def __init__(self, decoding: Decoding, threads: int) -> None:
+        self.decoding, self.threads = decoding, threads
+        self.input_lengths, self.dtype = decoding.input_lengths, decoding.dtype
+
+    def step(self, last: Tensor) -> Tensor:
+        with intra_op_threads(self.threads):
+            return self.decoding.step(last)
+
+    def keep(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        self.decoding.keep(rows, sentences)
