@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import functools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -112,7 +115,16 @@ def test_query_rows_sharing_a_source_row_equal_a_repeated_source(need_weights):
 
 
 def copy_trained_model(**overrides) -> Transformer:
-    """A tiny model trained 150 steps on the copy task: peaky, realistic distributions."""
+    """A tiny model trained 150 steps on the copy task: peaky, realistic distributions.
+
+    Trained once per set of overrides; each call gets its own copy.
+    """
+    return copy.deepcopy(_trained(tuple(sorted(overrides.items()))))
+
+
+@functools.cache
+def _trained(overrides: tuple) -> Transformer:
+    overrides = dict(overrides)
     torch.manual_seed(0)
     cfg = ModelConfig.tiny(vocab_size=16, d_model=32, d_ff=64, dropout=0.0, **overrides)
     model = Transformer(cfg)
