@@ -241,3 +241,33 @@ def test_multi_head_attention_as_a_textbook_reader_builds_it():
     torch.testing.assert_close(alone, out, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="d_k and d_v"):
         MultiHeadAttention(d_model=10, n_heads=4)
+
+
+def test_a_head_mask_silences_heads_as_zeroed_output_columns_would():
+    mha = MultiHeadAttention(d_model=16, n_heads=4, n_kv_heads=2, d_v=6).eval()
+    x = torch.randn(2, 5, 16)
+    mha.head_mask = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    masked, _ = mha(x)
+    mha.head_mask = None
+    with torch.no_grad():  # by hand: heads 1 and 3 contribute nothing through W^O
+        mha.out_proj.weight[:, 6:12] = 0.0
+        mha.out_proj.weight[:, 18:24] = 0.0
+    torch.testing.assert_close(masked, mha(x)[0])
+
+
+def test_the_gradient_on_a_head_mask_is_each_heads_first_order_importance():
+    mha = MultiHeadAttention(d_model=8, n_heads=2).double()
+    x = torch.randn(3, 4, 8, dtype=torch.float64)
+
+    def loss(mask: torch.Tensor) -> torch.Tensor:
+        mha.head_mask = mask
+        return mha(x)[0].square().sum()
+
+    ones = torch.ones(2, dtype=torch.float64, requires_grad=True)
+    (grad,) = torch.autograd.grad(loss(ones), ones)
+    with torch.no_grad():
+        for head in range(2):  # d loss / d m_h at m = 1, by a central difference
+            step = torch.zeros(2, dtype=torch.float64)
+            step[head] = 1e-4
+            expected = (loss(1 + step) - loss(1 - step)) / 2e-4
+            assert float(grad[head]) == pytest.approx(float(expected), rel=1e-6)

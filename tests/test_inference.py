@@ -221,3 +221,10 @@ def test_freezing_to_bf16_keeps_the_outputs_close():
     got = greedy_search(frozen, src, extra_len=6)
     agree = sum(a[0].tokens == b[0].tokens for a, b in zip(expected, got, strict=True))
     assert agree >= 4  # a trained copy model is confident: bf16 rounding rarely flips a token
+
+
+def test_freezing_keeps_a_head_mask():
+    model = copy_trained_model()
+    model.decoder.layers[0].cross_attn.head_mask = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    model.encoder.layers[1].self_attn.head_mask = torch.tensor([0.0, 1.0, 0.5, 1.0])
+    assert_same_decoding(model, freeze(model), sources(16))

@@ -360,6 +360,12 @@ class MultiHeadAttention(nn.Module):
         bias: biases on the four projections (the paper's affine maps have them).
         kernel: how the attention itself is computed (`build_kernel`; default SDPA).
 
+    Attributes:
+        head_mask: None, or an (H,) tensor each head's output is multiplied by
+            before W^O: 0 silences a head at inference (Michel et al. 2019); a
+            tensor of ones that requires grad gives each head's importance as
+            the gradient of the loss with respect to it. Not saved in checkpoints.
+
     Raises:
         ValueError: heads that do not divide, or no head size given where d_model
             does not divide by n_heads.
@@ -390,6 +396,7 @@ class MultiHeadAttention(nn.Module):
         self.d_k, self.d_v = d_k, d_v
         self.dropout = dropout
         self.kernel = kernel
+        self.head_mask: Tensor | None = None
         self.q_proj = nn.Linear(d_model, n_heads * d_k, bias=bias)  # W^Q of all heads
         self.k_proj = nn.Linear(d_model, n_kv_heads * d_k, bias=bias)  # W^K
         self.v_proj = nn.Linear(d_model, n_kv_heads * d_v, bias=bias)  # W^V
@@ -441,4 +448,6 @@ class MultiHeadAttention(nn.Module):
                 k, v = cache.append(k, v)
         dropout_p = self.dropout if self.training else 0.0
         out, weights = self.kernel(q, k, v, mask, causal, dropout_p, need_weights, bias)
+        if self.head_mask is not None:
+            out = out * self.head_mask.to(out.dtype)[:, None, None]  # (B, H, T, Dv)
         return self.out_proj(merge_heads(out)), weights  # (B, T, D)

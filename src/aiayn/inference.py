@@ -144,7 +144,7 @@ class FrozenSelfAttention(nn.Module):
         self.sizes = [mha.n_heads * mha.d_k, mha.n_kv_heads * mha.d_k, mha.n_kv_heads * mha.d_v]
         self.kernel = mha.kernel
         self.qkv_proj = _stacked([mha.q_proj, mha.k_proj, mha.v_proj])
-        self.out_proj = _stacked([mha.out_proj])
+        self.out_proj = _output_projection(mha)
 
     def forward(
         self,
@@ -186,7 +186,7 @@ class FrozenCrossAttention(nn.Module):
         self.sizes = [mha.n_kv_heads * mha.d_k, mha.n_kv_heads * mha.d_v]
         self.q_proj = _stacked([mha.q_proj])
         self.kv_proj = _stacked([mha.k_proj, mha.v_proj])
-        self.out_proj = _stacked([mha.out_proj])
+        self.out_proj = _output_projection(mha)
 
     def forward(
         self,
@@ -228,6 +228,15 @@ class FrozenCrossAttention(nn.Module):
             out = _unfold(out, group, t_len)
             weights = None if weights is None else _unfold(weights, group, t_len)
         return self.out_proj(merge_heads(out)), weights
+
+
+def _output_projection(mha: MultiHeadAttention) -> FrozenLinear:
+    """W^O, with each head's columns scaled by the module's `head_mask` if it has one."""
+    weight = mha.out_proj.weight
+    if mha.head_mask is not None:  # (D, H Dv): head h owns columns h Dv .. (h + 1) Dv - 1
+        scale = mha.head_mask.detach().to(weight.dtype).repeat_interleave(mha.d_v)
+        weight = weight * scale
+    return FrozenLinear(weight, mha.out_proj.bias)
 
 
 def _unfold(x: Tensor, group: int, t_len: int) -> Tensor:
