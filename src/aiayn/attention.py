@@ -338,6 +338,38 @@ def merge_heads(x: Tensor) -> Tensor:
     return x.transpose(1, 2).reshape(batch, length, heads * size)
 
 
+def _irregular_groups(
+    n_heads: int, n_kv_heads: int, kv_of_head: tuple[int, ...] | None
+) -> tuple[int, ...] | None:
+    """`kv_of_head` checked, as a tuple, or None when it is the regular grouping."""
+    regular = n_heads % n_kv_heads == 0
+    if kv_of_head is None:
+        if not regular:
+            raise ValueError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})")
+        return None
+    kv_of_head = tuple(int(i) for i in kv_of_head)
+    if len(kv_of_head) != n_heads or set(kv_of_head) != set(range(n_kv_heads)):
+        raise ValueError(
+            f"kv_of_head {kv_of_head} must name a key/value head in [0, {n_kv_heads}) for each "
+            f"of the {n_heads} query heads, and use every key/value head"
+        )
+    if regular and kv_of_head == tuple(i // (n_heads // n_kv_heads) for i in range(n_heads)):
+        return None
+    return kv_of_head
+
+
+def expand_kv(k: Tensor, v: Tensor, kv_of_head: tuple[int, ...] | None) -> tuple[Tensor, Tensor]:
+    """Keys and values per query head, where query heads read key/value heads irregularly.
+
+    (B, Hkv, S, D) -> (B, H, S, D) with `kv_of_head` (after pruning); unchanged with
+    None (the regular grouping, which attention handles without copies).
+    """
+    if kv_of_head is None:
+        return k, v
+    index = torch.tensor(kv_of_head, device=k.device)
+    return k.index_select(1, index), v.index_select(1, index)
+
+
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O (section 3.2.2).
 
@@ -359,6 +391,10 @@ class MultiHeadAttention(nn.Module):
         dropout: dropout on attention weights.
         bias: biases on the four projections (the paper's affine maps have them).
         kernel: how the attention itself is computed (`build_kernel`; default SDPA).
+        kv_of_head: for each query head, the key/value head it reads, when that is
+            not the regular grouping (H / Hkv consecutive query heads per key/value
+            head): what is left after pruning heads of grouped-query attention
+            (`aiayn.pruning`). Every key/value head must be read by some query head.
 
     Attributes:
         head_mask: None, or an (H,) tensor each head's output is multiplied by
@@ -381,11 +417,11 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.0,
         bias: bool = True,
         kernel: Kernel = attend,
+        kv_of_head: tuple[int, ...] | None = None,
     ) -> None:
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        if n_heads % n_kv_heads != 0:
-            raise ValueError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})")
+        self.kv_of_head = _irregular_groups(n_heads, n_kv_heads, kv_of_head)
         if (d_k is None or d_v is None) and d_model % n_heads != 0:
             raise ValueError(
                 f"d_model ({d_model}) is not divisible by n_heads ({n_heads}); give d_k and d_v"
@@ -446,6 +482,7 @@ class MultiHeadAttention(nn.Module):
                 cache.key, cache.value = k, v
             elif cache is not None:
                 k, v = cache.append(k, v)
+        k, v = expand_kv(k, v, self.kv_of_head)
         dropout_p = self.dropout if self.training else 0.0
         out, weights = self.kernel(q, k, v, mask, causal, dropout_p, need_weights, bias)
         if self.head_mask is not None:

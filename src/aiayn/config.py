@@ -104,6 +104,10 @@ class ModelConfig:
         global_tokens: sliding_window only: the first this many positions attend
             and are attended everywhere.
         architecture: the registered model shape (`aiayn.models`) the config builds.
+        kept_heads: the attention sub-layers whose heads were pruned (`aiayn.pruning`),
+            each as (name, kv_of_head): "encoder.2.self", "decoder.0.self" or
+            "decoder.0.cross", and for each query head kept, the key/value head it
+            reads. Other sub-layers have `n_heads` heads.
         max_len: the longest sequence, in tokens, the model accepts.
         norm_first: pre-norm `x + Sublayer(LayerNorm(x))` with a final LayerNorm
             per stack, instead of the paper's post-norm `LayerNorm(x + Sublayer(x))`.
@@ -151,6 +155,7 @@ class ModelConfig:
     bos_id: int = 1
     eos_id: int = 2
     architecture: str = "encoder_decoder"
+    kept_heads: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     def __post_init__(self) -> None:
         set_field = object.__setattr__  # frozen: derived defaults are filled in once, here
@@ -212,6 +217,7 @@ class ModelConfig:
             set_field(self, "n_encoder_layers", self.n_layers)
         if self.n_decoder_layers is None:
             set_field(self, "n_decoder_layers", self.n_layers)
+        set_field(self, "kept_heads", self._checked_kept_heads())
 
         ids = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
         for name, value in ids.items():
@@ -224,6 +230,38 @@ class ModelConfig:
                 f"ModelConfig.pad_id ({self.pad_id}) must differ from eos_id ({self.eos_id}): "
                 "padding is masked out of the source, the end of a sentence is not"
             )
+
+    def _checked_kept_heads(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        """`kept_heads` as tuples (JSON gives lists), each name and head checked."""
+        checked = []
+        for entry in self.kept_heads:
+            name, kv_of_head = entry
+            stack, _, rest = str(name).partition(".")
+            layer, _, kind = rest.partition(".")
+            layers = {"encoder": self.n_encoder_layers, "decoder": self.n_decoder_layers}
+            kinds = {"encoder": ("self",), "decoder": ("self", "cross")}
+            if (
+                stack not in layers
+                or not layer.isdigit()
+                or int(layer) >= layers[stack]
+                or kind not in kinds[stack]
+            ):
+                raise ValueError(
+                    f"ModelConfig.kept_heads: {name!r} names no attention sub-layer (expected "
+                    "encoder.I.self, decoder.I.self or decoder.I.cross within the layers)"
+                )
+            kv_of_head = tuple(int(i) for i in kv_of_head)
+            if not kv_of_head or min(kv_of_head) < 0 or max(kv_of_head) >= self.n_kv_heads:
+                raise ValueError(
+                    f"ModelConfig.kept_heads: {name!r} keeps {kv_of_head}: at least one head, "
+                    f"each reading a key/value head in [0, n_kv_heads={self.n_kv_heads})"
+                )
+            checked.append((str(name), kv_of_head))
+        return tuple(checked)
+
+    def heads_of(self, sublayer: str) -> tuple[int, ...] | None:
+        """The kept heads' key/value heads of a pruned sub-layer, or None if it has them all."""
+        return dict(self.kept_heads).get(sublayer)
 
     def _check_registered(self) -> None:
         """`positional` and `architecture` must name registered plug-ins."""

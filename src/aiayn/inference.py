@@ -36,7 +36,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.attention import LayerKV, MultiHeadAttention, attend, merge_heads, split_heads
+from aiayn.attention import (
+    LayerKV,
+    MultiHeadAttention,
+    attend,
+    expand_kv,
+    merge_heads,
+    split_heads,
+)
 from aiayn.config import Activation
 from aiayn.layers import FeedForward
 from aiayn.masks import key_mask
@@ -142,7 +149,7 @@ class FrozenSelfAttention(nn.Module):
         super().__init__()
         self.n_heads, self.n_kv_heads = mha.n_heads, mha.n_kv_heads
         self.sizes = [mha.n_heads * mha.d_k, mha.n_kv_heads * mha.d_k, mha.n_kv_heads * mha.d_v]
-        self.kernel = mha.kernel
+        self.kernel, self.kv_of_head = mha.kernel, mha.kv_of_head
         self.qkv_proj = _stacked([mha.q_proj, mha.k_proj, mha.v_proj])
         self.out_proj = _output_projection(mha)
 
@@ -167,6 +174,7 @@ class FrozenSelfAttention(nn.Module):
             q, k = rotary.rotate(q, offset), rotary.rotate(k, offset)
         if cache is not None:
             k, v = cache.append(k, v)
+        k, v = expand_kv(k, v, self.kv_of_head)
         out, weights = self.kernel(q, k, v, mask, causal, 0.0, need_weights, bias)
         return self.out_proj(merge_heads(out)), weights
 
@@ -184,6 +192,7 @@ class FrozenCrossAttention(nn.Module):
         super().__init__()
         self.n_heads, self.n_kv_heads = mha.n_heads, mha.n_kv_heads
         self.sizes = [mha.n_kv_heads * mha.d_k, mha.n_kv_heads * mha.d_v]
+        self.kv_of_head = mha.kv_of_head
         self.q_proj = _stacked([mha.q_proj])
         self.kv_proj = _stacked([mha.k_proj, mha.v_proj])
         self.out_proj = _output_projection(mha)
@@ -223,6 +232,7 @@ class FrozenCrossAttention(nn.Module):
         if group > 1:  # (B, H, T, Dk) -> (B/G, H, G T, Dk)
             q = q.view(rows, group, self.n_heads, t_len, -1).transpose(1, 2)
             q = q.reshape(rows, self.n_heads, group * t_len, -1)
+        k, v = expand_kv(k, v, self.kv_of_head)
         out, weights = attend(q, k, v, mask, False, 0.0, need_weights)
         if group > 1:  # (B/G, H, G T, X) -> (B, H, T, X)
             out = _unfold(out, group, t_len)

@@ -89,21 +89,36 @@ def attention_positions(
     return rotary, positions.attention_bias(q_len, k_len)
 
 
-def _attention(cfg: ModelConfig, self_attention: bool) -> MultiHeadAttention:
+def _attention(cfg: ModelConfig, name: str) -> MultiHeadAttention:
+    """The attention sub-layer `name` ("encoder.0.self", "decoder.3.cross"...), pruned or not."""
     kernel = (
-        build_kernel(cfg.attention, cfg.attention_window, cfg.global_tokens)
-        if self_attention
-        else build_kernel("sdpa")  # encoder-decoder attention: all of the source
+        build_kernel("sdpa")  # encoder-decoder attention: all of the source
+        if name.endswith(".cross")
+        else build_kernel(cfg.attention, cfg.attention_window, cfg.global_tokens)
     )
+    kept = cfg.heads_of(name)
     return MultiHeadAttention(
         d_model=cfg.d_model,
-        n_heads=cfg.n_heads,
-        n_kv_heads=cfg.n_kv_heads,
+        n_heads=cfg.n_heads if kept is None else len(kept),
+        n_kv_heads=cfg.n_kv_heads if kept is None else max(kept) + 1,
         d_k=cfg.d_k,
         d_v=cfg.d_v,
         dropout=cfg.attention_dropout,
         kernel=kernel,
+        kv_of_head=kept,
     )
+
+
+def attention_sublayers(model: nn.Module) -> dict[str, MultiHeadAttention]:
+    """Every attention sub-layer of an encoder-decoder by name, in model order:
+    "encoder.I.self", then "decoder.I.self" and "decoder.I.cross" per decoder layer."""
+    found = {}
+    for stack in ("encoder", "decoder"):
+        for i, layer in enumerate(getattr(model, stack).layers):
+            found[f"{stack}.{i}.self"] = layer.self_attn
+            if getattr(layer, "cross_attn", None) is not None:
+                found[f"{stack}.{i}.cross"] = layer.cross_attn
+    return found
 
 
 def _feed_forward(cfg: ModelConfig) -> FeedForward:
@@ -127,14 +142,14 @@ class Encoder(nn.Module):
         self.embedding = Embedding(tokens, positions, cfg.dropout, cfg.scale_embeddings)
         self.layers = nn.ModuleList(
             EncoderLayer(
-                _attention(cfg, self_attention=True),
+                _attention(cfg, f"encoder.{i}.self"),
                 _feed_forward(cfg),
                 cfg.d_model,
                 cfg.dropout,
                 cfg.norm_first,
                 cfg.layer_norm_eps,
             )
-            for _ in range(cfg.n_encoder_layers)
+            for i in range(cfg.n_encoder_layers)
         )
         self.final_norm = _final_norm(cfg)
 
@@ -161,15 +176,15 @@ class Decoder(nn.Module):
         self.embedding = Embedding(tokens, positions, cfg.dropout, cfg.scale_embeddings)
         self.layers = nn.ModuleList(
             DecoderLayer(
-                _attention(cfg, self_attention=True),
-                _attention(cfg, self_attention=False),
+                _attention(cfg, f"decoder.{i}.self"),
+                _attention(cfg, f"decoder.{i}.cross"),
                 _feed_forward(cfg),
                 cfg.d_model,
                 cfg.dropout,
                 cfg.norm_first,
                 cfg.layer_norm_eps,
             )
-            for _ in range(cfg.n_decoder_layers)
+            for i in range(cfg.n_decoder_layers)
         )
         self.final_norm = _final_norm(cfg)
 
