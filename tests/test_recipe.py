@@ -27,3 +27,17 @@ def test_a_run_without_the_task_key_resumes_as_translation(tmp_path):
         check_same_run(tmp_path, {**new, "data": {"corpus": "/c", "task": "lm"}})
     with pytest.raises(ValueError, match=r"model\.d_model differ"):
         check_same_run(tmp_path, {**new, "model": {"d_model": 64}})
+
+
+def test_a_run_written_before_newer_model_fields_resumes(tmp_path):
+    from aiayn.config import ModelConfig
+
+    resolved = ModelConfig.tiny(vocab_size=40).to_dict()
+    old_fields = {k: v for k, v in resolved.items() if k not in ("attention", "kept_heads")}
+    old = {"data": {"corpus": "/c"}, "model": old_fields, "train": {"max_steps": 1}}
+    (tmp_path / CONFIG_FILE).write_text(yaml.safe_dump(old))
+    new = {"data": {"corpus": "/c", "task": "translation"}, "model": resolved}
+    check_same_run(tmp_path, {**new, "train": {"max_steps": 5}})  # the defaults match
+    changed = {**resolved, "attention": "explicit"}
+    with pytest.raises(ValueError, match=r"model\.attention differ"):
+        check_same_run(tmp_path, {**new, "model": changed, "train": {"max_steps": 5}})

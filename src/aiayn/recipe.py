@@ -13,8 +13,10 @@ limits (`RESUMABLE_KEYS`) may change.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -193,6 +195,16 @@ def _flatten(resolved: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return {f"{s}.{k}": v for s, section in resolved.items() for k, v in section.items()}
 
 
+def _model_defaults() -> dict[str, Any]:
+    """model.FIELD: default, for fields a run written before the field existed lacks."""
+    defaults = {}
+    for f in dataclasses.fields(ModelConfig):
+        if f.default is not dataclasses.MISSING and f.default is not None:
+            value = f.default.value if isinstance(f.default, Enum) else f.default
+            defaults[f"model.{f.name}"] = list(value) if isinstance(value, tuple) else value
+    return defaults
+
+
 def check_same_run(run_dir: Path, resolved: dict[str, dict[str, Any]]) -> None:
     """Refuse to resume a run made with another recipe (limits excepted).
 
@@ -206,8 +218,10 @@ def check_same_run(run_dir: Path, resolved: dict[str, dict[str, Any]]) -> None:
     path = run_dir / CONFIG_FILE
     if not path.is_file():
         return
-    old = {**ADDED_KEYS, **_flatten(yaml.safe_load(path.read_text(encoding="utf-8")) or {})}
     new = _flatten(resolved)
+    written = _flatten(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+    added = {k: v for k, v in {**ADDED_KEYS, **_model_defaults()}.items() if k in new}
+    old = {**added, **written}  # a key the run predates counts as its default
     differ = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     differ = [k for k in differ if k not in RESUMABLE_KEYS]
     if differ:
