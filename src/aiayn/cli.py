@@ -493,6 +493,177 @@ def attention(
         typer.echo(str(path))
 
 
+@app.command()
+def heads(
+    run: Annotated[Path, typer.Argument(help="Run directory trained by aiayn (with its corpus).")],
+    split: Annotated[str, typer.Option(help="The corpus split to measure on.")] = "valid",
+    sentences: Annotated[int, typer.Option(help="Pairs of the split, from its start.")] = 200,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Directory for heads.json, report.md and PNGs (default RUN/heads)."),
+    ] = None,
+    max_tokens: Annotated[
+        int, typer.Option("--max-tokens", help="Padded tokens per batch, each side.")
+    ] = 4096,
+    device: DeviceOpt = "cpu",
+) -> None:
+    """What each head does: entropy, confidence, positions, importance; JSON, PNG, markdown."""
+    from aiayn.data.corpus import read_parallel
+    from aiayn.heads import head_report, write_head_report
+
+    _warnings_to_stderr()
+    try:
+        if sentences < 1:
+            raise ValueError(f"--sentences must be at least 1, got {sentences}")
+        if not (run / "config.yaml").is_file():
+            raise FileNotFoundError(
+                f"aiayn heads needs a run trained by aiayn with a corpus; {run / 'config.yaml'} "
+                "is missing (a converted or bare checkpoint has no validation split)"
+            )
+        pairs = read_parallel(*_split_files(run, split))
+        translator = _load_translator(run, device, None)
+        report = head_report(
+            translator.model, translator.tokenizer, pairs, sentences, batch_tokens=max_tokens
+        )
+        paths = write_head_report(report, out or run / "heads", run=str(run), split=split)
+    except (FileNotFoundError, ValueError) as err:
+        raise _fail(err) from None
+    for path in paths:
+        typer.echo(str(path))
+
+
+# ----- looking inside: prune -----------------------------------------------------
+
+
+def _head_lists(values: list[str]) -> dict[str, list[int]]:
+    """--heads encoder.0.self:1,3 (repeatable) as {"encoder.0.self": [1, 3]}."""
+    heads: dict[str, list[int]] = {}
+    for value in values:
+        name, _, indices = value.rpartition(":")
+        try:
+            numbers = [int(i) for i in indices.split(",")]
+        except ValueError:
+            numbers = []
+        if not name or not numbers:
+            raise ValueError(
+                f"--heads {value!r}: expected SUBLAYER:HEAD[,HEAD...], e.g. encoder.0.self:1,3"
+            )
+        heads.setdefault(name.strip(), []).extend(numbers)
+    return heads
+
+
+def _choice(enum: type, value: str, option: str):
+    """`value` as a member of `enum`, or a ValueError naming `option` and the choices."""
+    try:
+        return enum(value)
+    except ValueError:
+        choices = ", ".join(member.value for member in enum)
+        raise ValueError(f"{option} must be one of {choices}, got {value!r}") from None
+
+
+@app.command()
+def prune(
+    run: RunArg,
+    out: Annotated[
+        Path, typer.Option("--out", help="The pruned run directory to write (must not exist).")
+    ],
+    heads: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--heads", help="SUBLAYER:HEAD,HEAD to remove, e.g. encoder.0.self:1,3 (repeatable)."
+        ),
+    ] = None,
+    fraction: Annotated[
+        float | None, typer.Option(help="Remove this fraction of the heads, in [0, 1).")
+    ] = None,
+    by: Annotated[
+        str | None,
+        typer.Option(
+            metavar="[importance|random]",
+            help="With --fraction: the least important heads first (default), or at random.",
+        ),
+    ] = None,
+    measure: Annotated[
+        str | None,
+        typer.Option(
+            metavar="[ablation|gradient]",
+            help="With --by importance: which of `aiayn heads`' measures (default ablation).",
+        ),
+    ] = None,
+    scores: Annotated[
+        Path | None,
+        typer.Option(help="With --by importance: the scores (default RUN/heads/heads.json)."),
+    ] = None,
+    kinds: Annotated[
+        str | None,
+        typer.Option(
+            help="With --fraction: prune only these, e.g. encoder.self,decoder.cross "
+            "(default: all the scored kinds)."
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="With --by random: the seed (default 0).")
+    ] = None,
+) -> None:
+    """Remove attention heads for good: a smaller model, written as a run OUT to translate.
+
+    A key/value head goes too when no kept query head reads it. At least one head
+    of each sub-layer remains. See `aiayn.pruning`.
+    """
+    from aiayn import pruning
+    from aiayn.checkpoint import load_model, resolve_weights
+    from aiayn.model import attention_sublayers
+
+    _warnings_to_stderr()
+    try:
+        if out.exists():
+            raise FileExistsError(f"--out {out} exists; name a new directory for the pruned run")
+        if (heads is None) == (fraction is None):
+            raise ValueError("give either --heads SUBLAYER:HEAD,... or --fraction F")
+        if heads is not None and any(x is not None for x in (by, measure, scores, kinds, seed)):
+            raise ValueError("--by, --measure, --scores, --kinds and --seed go with --fraction")
+        if fraction is not None:
+            pruning.check_fraction(fraction)
+        order = _choice(pruning.HeadOrder, by or "importance", "--by")
+        importance = _choice(pruning.Importance, measure or "ablation", "--measure")
+        kind_list = None if kinds is None else [k.strip() for k in kinds.split(",")]
+        weights = resolve_weights(run)
+        model = load_model(weights)
+        how: dict[str, object] = {"heads": heads}
+        if heads is not None:
+            chosen = _head_lists(heads)
+        elif order is pruning.HeadOrder.RANDOM:
+            chosen = pruning.random_heads(model, fraction, seed or 0, kind_list)
+            how = {"fraction": fraction, "by": order.value, "seed": seed or 0}
+        else:
+            path = scores or (run if run.is_dir() else run.parent) / pruning.HEADS_FILE
+            table = pruning.read_head_scores(path, importance)
+            kind_list = kind_list or list(pruning.scored_kinds(table))
+            pruning.check_scores_fit(model, table, kind_list)
+            chosen = pruning.heads_by_fraction(table, fraction, kind_list)
+            how = {"fraction": fraction, "by": order.value, "measure": importance.value}
+        total = sum(m.n_heads for m in attention_sublayers(model).values())
+        pruned = pruning.prune_heads(model, chosen)
+        before, after = model.num_parameters(), pruned.num_parameters()
+        record = {
+            "source": str(weights),
+            **how,
+            "kinds": kind_list,
+            "removed": chosen,
+            "parameters": {"before": before, "after": after},
+        }
+        pruning.save_pruned_run(pruned, weights, out, record)
+    except (OSError, ValueError) as err:
+        raise _fail(err) from None
+    counts = pruning.count_by_kind(chosen)
+    by_kind = ", ".join(f"{kind} {n}" for kind, n in counts.items())
+    typer.echo(
+        f"pruned {sum(counts.values())} of {total} heads ({by_kind}); "
+        f"parameters {before:,} -> {after:,} ({after / before - 1:+.1%})"
+    )
+    typer.echo(f"wrote {out}; translate with: aiayn translate {out}")
+
+
 # ----- conversion: convert marian ----------------------------------------------
 
 convert_app = typer.Typer(
