@@ -509,7 +509,7 @@ def heads(
 ) -> None:
     """What each head does: entropy, confidence, positions, importance; JSON, PNG, markdown."""
     from aiayn.data.corpus import read_parallel
-    from aiayn.heads import head_report, write_head_report
+    from aiayn.heads import HEADS_FILE, head_report, write_head_report
 
     _warnings_to_stderr()
     try:
@@ -525,7 +525,7 @@ def heads(
         report = head_report(
             translator.model, translator.tokenizer, pairs, sentences, batch_tokens=max_tokens
         )
-        paths = write_head_report(report, out or run / "heads", run=str(run), split=split)
+        paths = write_head_report(report, out or run / HEADS_FILE.parent, run=str(run), split=split)
     except (FileNotFoundError, ValueError) as err:
         raise _fail(err) from None
     for path in paths:
@@ -612,6 +612,7 @@ def prune(
     """
     from aiayn import pruning
     from aiayn.checkpoint import load_model, resolve_weights
+    from aiayn.heads import HEADS_FILE
     from aiayn.model import attention_sublayers
 
     _warnings_to_stderr()
@@ -636,7 +637,7 @@ def prune(
             chosen = pruning.random_heads(model, fraction, seed or 0, kind_list)
             how = {"fraction": fraction, "by": order.value, "seed": seed or 0}
         else:
-            path = scores or (run if run.is_dir() else run.parent) / pruning.HEADS_FILE
+            path = scores or (run if run.is_dir() else run.parent) / HEADS_FILE
             table = pruning.read_head_scores(path, importance)
             kind_list = kind_list or list(pruning.scored_kinds(table))
             pruning.check_scores_fit(model, table, kind_list)

@@ -85,6 +85,7 @@ from aiayn.viz import AttentionKind
 log = logging.getLogger(__name__)
 
 JSON_FILE = "heads.json"
+HEADS_FILE = Path("heads") / JSON_FILE  # RUN/heads/heads.json, the default place
 REPORT_FILE = "report.md"
 
 # Per-head numbers in heads.json order: field name -> JSON key.

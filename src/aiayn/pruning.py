@@ -357,7 +357,6 @@ def count_by_kind(heads: Mapping[str, Iterable[int]]) -> dict[str, int]:
 
 # ----- heads.json, written by `aiayn heads` ----------------------------------------------
 
-HEADS_FILE = Path("heads") / "heads.json"  # RUN/heads/heads.json
 # heads.json names kinds as `aiayn.viz.AttentionKind` does (not imported: it needs matplotlib)
 _KIND_ALIASES = {"encoder": "encoder.self", "decoder": "decoder.self", "cross": "decoder.cross"}
 
