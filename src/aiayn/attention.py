@@ -338,6 +338,11 @@ def merge_heads(x: Tensor) -> Tensor:
     return x.transpose(1, 2).reshape(batch, length, heads * size)
 
 
+def regular_groups(n_heads: int, n_kv_heads: int) -> tuple[int, ...]:
+    """For each of `n_heads` query heads, its key/value head: H / Hkv consecutive per group."""
+    return tuple(h // (n_heads // n_kv_heads) for h in range(n_heads))
+
+
 def _irregular_groups(
     n_heads: int, n_kv_heads: int, kv_of_head: tuple[int, ...] | None
 ) -> tuple[int, ...] | None:
@@ -353,7 +358,7 @@ def _irregular_groups(
             f"kv_of_head {kv_of_head} must name a key/value head in [0, {n_kv_heads}) for each "
             f"of the {n_heads} query heads, and use every key/value head"
         )
-    if regular and kv_of_head == tuple(i // (n_heads // n_kv_heads) for i in range(n_heads)):
+    if regular and kv_of_head == regular_groups(n_heads, n_kv_heads):
         return None
     return kv_of_head
 

@@ -77,6 +77,26 @@ def _probability(name: str, value: float) -> None:
         raise ValueError(f"ModelConfig.{name} must lie in [0, 1), got {value!r}")
 
 
+SUBLAYER_KINDS = ("encoder.self", "decoder.self", "decoder.cross")
+"""The kinds of attention sub-layer; a sub-layer is named "encoder.I.self",
+"decoder.I.self" or "decoder.I.cross" (I its layer, from 0)."""
+
+
+def split_sublayer(name: str) -> tuple[str, int, str]:
+    """ "decoder.3.cross" -> ("decoder", 3, "cross").
+
+    Raises:
+        ValueError: `name` is not "encoder.I.self", "decoder.I.self" or "decoder.I.cross".
+    """
+    parts = str(name).split(".")
+    if len(parts) != 3 or not parts[1].isdigit() or f"{parts[0]}.{parts[2]}" not in SUBLAYER_KINDS:
+        raise ValueError(
+            f"{name!r} names no attention sub-layer (expected encoder.I.self, "
+            "decoder.I.self or decoder.I.cross)"
+        )
+    return parts[0], int(parts[1]), parts[2]
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """The encoder-decoder Transformer's hyper-parameters.
@@ -234,18 +254,15 @@ class ModelConfig:
     def _checked_kept_heads(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
         """`kept_heads` as tuples (JSON gives lists), each name and head checked."""
         checked = []
+        layers = {"encoder": self.n_encoder_layers, "decoder": self.n_decoder_layers}
         for entry in self.kept_heads:
             name, kv_of_head = entry
-            stack, _, rest = str(name).partition(".")
-            layer, _, kind = rest.partition(".")
-            layers = {"encoder": self.n_encoder_layers, "decoder": self.n_decoder_layers}
-            kinds = {"encoder": ("self",), "decoder": ("self", "cross")}
-            if (
-                stack not in layers
-                or not layer.isdigit()
-                or int(layer) >= layers[stack]
-                or kind not in kinds[stack]
-            ):
+            try:
+                stack, layer, _ = split_sublayer(name)
+                known = layer < layers[stack]
+            except ValueError:
+                known = False
+            if not known:
                 raise ValueError(
                     f"ModelConfig.kept_heads: {name!r} names no attention sub-layer (expected "
                     "encoder.I.self, decoder.I.self or decoder.I.cross within the layers)"

@@ -43,8 +43,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from aiayn.attention import MultiHeadAttention
+from aiayn.attention import MultiHeadAttention, regular_groups
 from aiayn.checkpoint import TOKENIZER_FILE, WEIGHTS_FILE, save_model
+from aiayn.config import SUBLAYER_KINDS, split_sublayer
 from aiayn.files import write_dir_atomic
 from aiayn.marian import CONVERTED_FILE, TOKENIZATION_FILES
 from aiayn.model import Transformer, attention_sublayers
@@ -52,7 +53,7 @@ from aiayn.models import build_model
 
 log = logging.getLogger(__name__)
 
-KINDS = ("encoder.self", "decoder.self", "decoder.cross")
+KINDS = SUBLAYER_KINDS
 """The kinds of attention sub-layer, in model order."""
 
 
@@ -79,19 +80,14 @@ def kind_of(name: str) -> str:
     Raises:
         ValueError: `name` is not "encoder.I.self", "decoder.I.self" or "decoder.I.cross".
     """
-    parts = str(name).split(".")
-    if len(parts) != 3 or not parts[1].isdigit() or f"{parts[0]}.{parts[2]}" not in KINDS:
-        raise ValueError(
-            f"{name!r} names no attention sub-layer (expected encoder.I.self, "
-            "decoder.I.self or decoder.I.cross)"
-        )
-    return f"{parts[0]}.{parts[2]}"
+    stack, _, kind = split_sublayer(name)
+    return f"{stack}.{kind}"
 
 
 def _model_order(name: str) -> tuple[int, int, int]:
     """A sort key putting sub-layer names in model order (encoder first, self before cross)."""
-    stack, layer, kind = name.split(".")
-    return (stack == "decoder", int(layer), kind == "cross")
+    stack, layer, kind = split_sublayer(name)
+    return (stack == "decoder", layer, kind == "cross")
 
 
 def _checked_kinds(kinds: Iterable[str] | None) -> tuple[str, ...]:
@@ -114,8 +110,7 @@ def kv_heads_read(module: MultiHeadAttention) -> tuple[int, ...]:
     """For each query head of `module`, the key/value head it reads."""
     if module.kv_of_head is not None:  # pruned before, irregularly
         return module.kv_of_head
-    group = module.n_heads // module.n_kv_heads
-    return tuple(h // group for h in range(module.n_heads))
+    return regular_groups(module.n_heads, module.n_kv_heads)
 
 
 def prune_heads(model: Transformer, heads: Mapping[str, Iterable[int]]) -> Transformer:
