@@ -402,10 +402,11 @@ class MultiHeadAttention(nn.Module):
             (`aiayn.pruning`). Every key/value head must be read by some query head.
 
     Attributes:
-        head_mask: None, or an (H,) tensor each head's output is multiplied by
-            before W^O: 0 silences a head at inference (Michel et al. 2019); a
-            tensor of ones that requires grad gives each head's importance as
-            the gradient of the loss with respect to it. Not saved in checkpoints.
+        head_mask: None, or an (H,) tensor (or (B, H): one row per sentence) each
+            head's output is multiplied by before W^O: 0 silences a head at
+            inference (Michel et al. 2019); a tensor of ones that requires grad
+            gives each head's importance as the gradient of the loss with respect
+            to it. Not saved in checkpoints.
 
     Raises:
         ValueError: heads that do not divide, or no head size given where d_model
@@ -491,5 +492,5 @@ class MultiHeadAttention(nn.Module):
         dropout_p = self.dropout if self.training else 0.0
         out, weights = self.kernel(q, k, v, mask, causal, dropout_p, need_weights, bias)
         if self.head_mask is not None:
-            out = out * self.head_mask.to(out.dtype)[:, None, None]  # (B, H, T, Dv)
+            out = out * self.head_mask.to(out.dtype)[..., None, None]  # (B, H, T, Dv)
         return self.out_proj(merge_heads(out)), weights  # (B, T, D)

@@ -70,7 +70,7 @@ from typing import Any
 import numpy as np
 import torch
 from matplotlib.figure import Figure
-from torch import Tensor, nn
+from torch import Tensor
 from tqdm.auto import tqdm
 
 from aiayn.attention import MultiHeadAttention
@@ -80,6 +80,7 @@ from aiayn.data.tokenizer import Tokenizer
 from aiayn.files import write_atomic, write_file_atomic
 from aiayn.loss import label_smoothed_cross_entropy
 from aiayn.model import Transformer, attention_sublayers
+from aiayn.tasks.translation import encode_pairs, fitting_pairs
 from aiayn.viz import AttentionKind
 
 log = logging.getLogger(__name__)
@@ -344,27 +345,22 @@ class _Sums:
 def _per_sentence_masks(
     sublayers: dict[str, MultiHeadAttention], batch_size: int, like: Tensor
 ) -> Iterator[dict[str, Tensor]]:
-    """(B, H) masks of ones, one row per sentence, multiplied into each head's output
-    where `head_mask` is (the input of W^O), for per-sentence gradients. They are
-    float32, or float64 for a float64 model (`like`: a parameter of the model)."""
+    """(B, H) masks of ones, one row per sentence, as each sub-layer's `head_mask`
+    while the block runs, for per-sentence gradients. They are float32, or
+    float64 for a float64 model (`like`: a parameter of the model)."""
     dtype = torch.promote_types(like.dtype, torch.float32)
-    masks, hooks = {}, []
-    for name, mha in sublayers.items():
-        mask = torch.ones(batch_size, mha.n_heads, dtype=dtype, device=like.device)
-        mask.requires_grad_()
-        masks[name] = mask
-
-        def scale(_module: nn.Module, args: tuple[Tensor, ...], mha=mha, mask=mask):
-            (x,) = args  # (B, T, H Dv): head h owns columns h Dv .. (h + 1) Dv - 1
-            per_column = mask.to(x.dtype).repeat_interleave(mha.d_v, dim=1)  # (B, H Dv)
-            return (x * per_column[:, None, :],)
-
-        hooks.append(mha.out_proj.register_forward_pre_hook(scale))
+    masks = {
+        name: torch.ones(batch_size, mha.n_heads, dtype=dtype, device=like.device).requires_grad_()
+        for name, mha in sublayers.items()
+    }
+    previous = {name: mha.head_mask for name, mha in sublayers.items()}
     try:
+        for name, mha in sublayers.items():
+            mha.head_mask = masks[name]
         yield masks
     finally:
-        for hook in hooks:
-            hook.remove()
+        for name, mha in sublayers.items():
+            mha.head_mask = previous[name]
 
 
 def _batches(
@@ -372,16 +368,8 @@ def _batches(
 ) -> tuple[list[Batch], int]:
     """The pairs as teacher-forcing batches, and how many were too long for the model."""
     cfg = model.cfg
-    sources = tokenizer.encode_batch([s for s, _ in pairs])
-    targets = tokenizer.encode_batch([t for _, t in pairs])
-    kept = [
-        (s, t)
-        for s, t in zip(sources, targets, strict=True)
-        if max(len(s), len(t)) + 1 <= cfg.max_len
-    ]
+    kept = fitting_pairs(encode_pairs(tokenizer, pairs), cfg.max_len, "heads")
     skipped = len(pairs) - len(kept)
-    if skipped:
-        log.warning("skipped %d pairs longer than the model's max_len=%d", skipped, cfg.max_len)
     if not kept:
         raise ValueError(f"no pair fits the model's max_len={cfg.max_len}")
     lengths = [(len(s) + 1, len(t) + 1) for s, t in kept]

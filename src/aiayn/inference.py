@@ -243,6 +243,10 @@ class FrozenCrossAttention(nn.Module):
 def _output_projection(mha: MultiHeadAttention) -> FrozenLinear:
     """W^O, with each head's columns scaled by the module's `head_mask` if it has one."""
     weight = mha.out_proj.weight
+    if mha.head_mask is not None and mha.head_mask.dim() != 1:
+        raise ValueError(
+            f"freeze takes a head mask per head, (H,), not {tuple(mha.head_mask.shape)}"
+        )
     if mha.head_mask is not None:  # (D, H Dv): head h owns columns h Dv .. (h + 1) Dv - 1
         scale = mha.head_mask.detach().to(weight.dtype).repeat_interleave(mha.d_v)
         weight = weight * scale

@@ -9,7 +9,7 @@ validation:  greedy-search sacreBLEU on the first `valid_bleu_sentences` pairs
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -66,9 +66,9 @@ class TranslationTask:
         """Token-budget batches of the corpus's train and valid pairs (and the BLEU set)."""
         cfg = self.cfg
         limit = min(config.max_tokens, cfg.max_len)
-        train_pairs = _fitting(_encode(tokenizer, corpus.read("train")), limit, "train")
+        train_pairs = fitting_pairs(encode_pairs(tokenizer, corpus.read("train")), limit, "train")
         valid_text = corpus.read("valid")
-        valid_pairs = _fitting(_encode(tokenizer, valid_text), limit, "valid")
+        valid_pairs = fitting_pairs(encode_pairs(tokenizer, valid_text), limit, "valid")
         specials = (cfg.pad_id, cfg.bos_id, cfg.eos_id)
         train = TokenBatcher(
             train_pairs, config.max_tokens, *specials, seed=config.seed,
@@ -126,7 +126,8 @@ def greedy_bleu(
     return score(hypotheses, data.references).bleu
 
 
-def _encode(tokenizer: Tokenizer, pairs: list[tuple[str, str]]) -> Pairs:
+def encode_pairs(tokenizer: Tokenizer, pairs: Sequence[tuple[str, str]]) -> Pairs:
+    """(source ids, target ids) per (source, target) text pair, without specials."""
     if not pairs:
         return []
     sources = tokenizer.encode_batch([s for s, _ in pairs])
@@ -134,7 +135,7 @@ def _encode(tokenizer: Tokenizer, pairs: list[tuple[str, str]]) -> Pairs:
     return list(zip(sources, targets, strict=True))
 
 
-def _fitting(pairs: Pairs, limit: int, split: str) -> Pairs:
+def fitting_pairs(pairs: Pairs, limit: int, split: str) -> Pairs:
     """Pairs whose sides, with one special token, fit `limit`; the others are counted and logged."""
     kept = [p for p in pairs if len(p[0]) < limit and len(p[1]) < limit]
     if len(kept) < len(pairs):
