@@ -93,6 +93,15 @@ def step_checkpoints(run_dir: str | Path) -> list[Path]:
     return sorted(found, key=lambda d: int(d.name.removeprefix("step-")))
 
 
+def find_in_run(weights: str | Path, name: str) -> Path | None:
+    """The run's file `name` (spm.model, config.yaml): next to a weights file or in one
+    of the three directories above it (a run's root holds checkpoints/step-N/), or None."""
+    for directory in Path(weights).resolve().parents[:4]:
+        if (directory / name).is_file():
+            return directory / name
+    return None
+
+
 def resolve_weights(run_or_file: str | Path) -> Path:
     """The weights file to translate with.
 

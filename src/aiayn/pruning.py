@@ -44,7 +44,7 @@ import torch
 from torch import Tensor, nn
 
 from aiayn.attention import MultiHeadAttention, regular_groups
-from aiayn.checkpoint import TOKENIZER_FILE, WEIGHTS_FILE, save_model
+from aiayn.checkpoint import TOKENIZER_FILE, WEIGHTS_FILE, find_in_run, save_model
 from aiayn.config import SUBLAYER_KINDS, split_sublayer
 from aiayn.files import write_dir_atomic
 from aiayn.marian import CONVERTED_FILE, TOKENIZATION_FILES
@@ -471,14 +471,6 @@ PRUNING_FILE = "pruning.json"
 RECIPE_FILE = "config.yaml"
 
 
-def _near(weights: Path, name: str) -> Path | None:
-    """`name` next to the weights or in one of their parent directories (a run's root)."""
-    for directory in weights.resolve().parents[:4]:
-        if (directory / name).is_file():
-            return directory / name
-    return None
-
-
 def save_pruned_run(
     model: Transformer, source_weights: str | Path, out: str | Path, record: dict[str, Any]
 ) -> list[str]:
@@ -508,7 +500,7 @@ def save_pruned_run(
         names = (*TOKENIZATION_FILES, CONVERTED_FILE)
         copies = {name: source_weights.parent / name for name in names}
     else:
-        copies = {name: _near(source_weights, name) for name in (TOKENIZER_FILE, RECIPE_FILE)}
+        copies = {name: find_in_run(source_weights, name) for name in (TOKENIZER_FILE, RECIPE_FILE)}
         copies = {name: path for name, path in copies.items() if path is not None}
         if TOKENIZER_FILE not in copies:
             log.warning(

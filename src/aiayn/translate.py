@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from aiayn.checkpoint import load_model, resolve_weights
+from aiayn.checkpoint import find_in_run, load_model, resolve_weights
 from aiayn.data.tokenizer import TOKENIZER_FILE, SentencePieceTokenizer, Tokenizer
 from aiayn.inference import freeze
 from aiayn.marian import (
@@ -50,9 +50,9 @@ def find_tokenizer(weights: Path) -> Path:
     Raises:
         FileNotFoundError: naming where it was looked for.
     """
-    for directory in weights.resolve().parents[:4]:
-        if (directory / TOKENIZER_FILE).is_file():
-            return directory / TOKENIZER_FILE
+    found = find_in_run(weights, TOKENIZER_FILE)
+    if found is not None:
+        return found
     raise FileNotFoundError(
         f"no subword model ({TOKENIZER_FILE}) found for {weights} in its run directory; "
         "pass the tokenizer path explicitly"
