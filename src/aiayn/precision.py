@@ -55,8 +55,7 @@ def autocast(precision: Precision, device: torch.device) -> contextlib.AbstractC
     """The context the forward pass runs in: nothing for fp32, `torch.autocast` otherwise."""
     if precision is Precision.FP32:
         return contextlib.nullcontext()
-    dtype = torch.bfloat16 if precision is Precision.BF16 else torch.float16
-    return torch.autocast(device.type, dtype=dtype)
+    return torch.autocast(device.type, dtype=precision.dtype)
 
 
 def grad_scaler(precision: Precision, device: torch.device) -> torch.amp.GradScaler:
