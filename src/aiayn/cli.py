@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from aiayn.config import Precision
+from aiayn.config import Precision, enum_member
 
 app = typer.Typer(
     name="aiayn",
@@ -552,15 +552,6 @@ def _head_lists(values: list[str]) -> dict[str, list[int]]:
     return heads
 
 
-def _choice(enum: type, value: str, option: str):
-    """`value` as a member of `enum`, or a ValueError naming `option` and the choices."""
-    try:
-        return enum(value)
-    except ValueError:
-        choices = ", ".join(member.value for member in enum)
-        raise ValueError(f"{option} must be one of {choices}, got {value!r}") from None
-
-
 @app.command()
 def prune(
     run: RunArg,
@@ -625,8 +616,8 @@ def prune(
             raise ValueError("--by, --measure, --scores, --kinds and --seed go with --fraction")
         if fraction is not None:
             pruning.check_fraction(fraction)
-        order = _choice(pruning.HeadOrder, by or "importance", "--by")
-        importance = _choice(pruning.Importance, measure or "ablation", "--measure")
+        order = enum_member(pruning.HeadOrder, by or "importance", "--by")
+        importance = enum_member(pruning.Importance, measure or "ablation", "--measure")
         kind_list = None if kinds is None else [k.strip() for k in kinds.split(",")]
         weights = resolve_weights(run)
         model = load_model(weights)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     import torch
@@ -33,12 +33,28 @@ class AttentionKernel(str, Enum):
     SLIDING_WINDOW = "sliding_window"  # local window + global tokens, linear in length
 
 
+EnumT = TypeVar("EnumT", bound=Enum)
+
+
 class Activation(str, Enum):
     """The non-linearity of the position-wise feed-forward network."""
 
     RELU = "relu"  # section 3.3: FFN(x) = max(0, xW1 + b1)W2 + b2
     GELU = "gelu"
     SWISH = "swish"
+
+
+def enum_member(kind: type[EnumT], value: Any, name: str) -> EnumT:
+    """`value` as a member of the enum `kind` (its value or itself).
+
+    Raises:
+        ValueError: naming `name`, the choices and `value`.
+    """
+    try:
+        return kind(value)
+    except ValueError:
+        choices = ", ".join(member.value for member in kind)
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}") from None
 
 
 def config_to_dict(config: Any) -> dict[str, Any]:
@@ -190,13 +206,8 @@ class ModelConfig:
                 f"ModelConfig.layer_norm_eps must be positive, got {self.layer_norm_eps}"
             )
         self._check_registered()
-        try:
-            set_field(self, "attention", AttentionKernel(self.attention))
-        except ValueError:
-            choices = ", ".join(a.value for a in AttentionKernel)
-            raise ValueError(
-                f"ModelConfig.attention must be one of {choices}, got {self.attention!r}"
-            ) from None
+        attention = enum_member(AttentionKernel, self.attention, "ModelConfig.attention")
+        set_field(self, "attention", attention)
         _positive("attention_window", self.attention_window)
         if self.global_tokens < 0:
             raise ValueError(f"ModelConfig.global_tokens must be >= 0, got {self.global_tokens}")
@@ -208,13 +219,8 @@ class ModelConfig:
                 f"ModelConfig.positional {self.positional!r} adds a bias to every score, which "
                 "attention 'sliding_window' does not take; use rotary, sinusoidal, learned or none"
             )
-        try:
-            set_field(self, "activation", Activation(self.activation))
-        except ValueError:
-            choices = ", ".join(a.value for a in Activation)
-            raise ValueError(
-                f"ModelConfig.activation must be one of {choices}, got {self.activation!r}"
-            ) from None
+        activation = enum_member(Activation, self.activation, "ModelConfig.activation")
+        set_field(self, "activation", activation)
 
         if self.d_k is None or self.d_v is None:
             if self.d_model % self.n_heads != 0:
@@ -461,11 +467,8 @@ class TrainConfig:
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise fail("betas", "two numbers in [0, 1)")
         object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
-        try:
-            object.__setattr__(self, "precision", Precision(self.precision))
-        except ValueError:
-            choices = ", ".join(p.value for p in Precision)
-            raise fail("precision", f"one of {choices}") from None
+        precision = enum_member(Precision, self.precision, "TrainConfig.precision")
+        object.__setattr__(self, "precision", precision)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain types only, for YAML and JSON."""

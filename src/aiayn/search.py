@@ -42,7 +42,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from aiayn.config import ModelConfig
+from aiayn.config import ModelConfig, enum_member
 
 log = logging.getLogger(__name__)
 
@@ -715,14 +715,8 @@ class DecodeConfig:
         check_sampling(self.temperature, self.top_k, self.top_p)
         # Accept the enums' values as strings (from JSON or a command line).
         for name, kind in (("length_penalty", LengthPenalty), ("early_stopping", EarlyStopping)):
-            value = getattr(self, name)
-            try:
-                object.__setattr__(self, name, kind(value))
-            except ValueError:
-                choices = ", ".join(member.value for member in kind)
-                raise ValueError(
-                    f"DecodeConfig.{name} must be one of {choices}, got {value!r}"
-                ) from None
+            member = enum_member(kind, getattr(self, name), f"DecodeConfig.{name}")
+            object.__setattr__(self, name, member)
         object.__setattr__(self, "banned_ids", tuple(int(i) for i in self.banned_ids))
 
     @property
