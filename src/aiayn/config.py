@@ -57,16 +57,17 @@ def enum_member(kind: type[EnumT], value: Any, name: str) -> EnumT:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}") from None
 
 
+def plain(value: Any) -> Any:
+    """A config value as plain types (enums as their values, tuples as lists), for YAML/JSON."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, tuple | list):
+        return [plain(v) for v in value]
+    return value
+
+
 def config_to_dict(config: Any) -> dict[str, Any]:
-    """A config dataclass as plain types (enums as values, tuples as lists), for YAML/JSON."""
-
-    def plain(value: Any) -> Any:
-        if isinstance(value, Enum):
-            return value.value
-        if isinstance(value, tuple | list):
-            return [plain(v) for v in value]
-        return value
-
+    """A config dataclass as plain types (see `plain`), for YAML/JSON."""
     return {k: plain(v) for k, v in dataclasses.asdict(config).items()}
 
 

@@ -16,13 +16,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from aiayn.config import ModelConfig, TrainConfig, config_fields
+from aiayn.config import ModelConfig, TrainConfig, config_fields, plain
 from aiayn.tasks import DEFAULT_TASK, TASKS
 
 CONFIG_FILE = "config.yaml"
@@ -200,8 +199,7 @@ def _model_defaults() -> dict[str, Any]:
     defaults = {}
     for f in dataclasses.fields(ModelConfig):
         if f.default is not dataclasses.MISSING and f.default is not None:
-            value = f.default.value if isinstance(f.default, Enum) else f.default
-            defaults[f"model.{f.name}"] = list(value) if isinstance(value, tuple) else value
+            defaults[f"model.{f.name}"] = plain(f.default)
     return defaults
 
 
