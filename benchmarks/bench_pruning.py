@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch
 
 import common
+from aiayn.config import SUBLAYER_KINDS as KINDS
 
-KINDS = ("encoder.self", "decoder.self", "decoder.cross")
 TITLES = {
     "encoder.self": "encoder self-attention",
     "decoder.self": "decoder self-attention",
