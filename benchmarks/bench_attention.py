@@ -307,7 +307,7 @@ def main() -> None:
             f"{args.threads} threads, median of {args.repeats}; {where}\n"
         )
         print(table)
-        for stale in ("date", "machine", "versions"):  # write_json dates the new rows
+        for stale in common.provenance():  # write_json records the new rows' own
             payload.pop(stale, None)
         payload.update(args=saved_args, results=records)
     if args.only != "attend":
@@ -321,9 +321,7 @@ def main() -> None:
         )
         print(table)
         payload["sliding_window"] = {
-            "date": time.strftime("%Y-%m-%d %H:%M"),
-            "machine": common.machine(),
-            "versions": common.versions(),
+            **common.provenance(),
             "args": saved_args,
             "results": records,
         }

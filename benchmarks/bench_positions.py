@@ -350,9 +350,7 @@ def update_results(key: str, payload: dict[str, Any], path: Path) -> Path:
 
     results = json.loads(path.read_text()) if path.is_file() else {}
     results[key] = {
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "machine": common.machine(),
-        "versions": common.versions(),
+        **common.provenance(),
         "library": library(),
         **payload,
     }

@@ -261,14 +261,48 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
-def write_json(name: str, payload: dict[str, Any]) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
-    payload = {
+def cpu_flags() -> list[str]:
+    """The CPU's vector and matrix-unit flags the figures depend on (AVX*, AMX*, FMA, F16C)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    flags = next(
+        (ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), []
+    )
+    return sorted({f for f in flags if f.startswith(("avx", "amx")) or f in ("fma", "f16c")})
+
+
+def commit() -> str | None:
+    """The checkout's commit, with "+changes" when its tracked files differ from it."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(["git", "-C", str(root), "diff", "--quiet", "HEAD"]).returncode
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+changes" if dirty else "")
+
+
+def provenance() -> dict[str, Any]:
+    """What a results file records about its run: date, machine, CPU flags, versions,
+    the commit measured and the command line."""
+    return {
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "machine": machine(),
+        "cpu_flags": cpu_flags(),
         "versions": versions(),
-        **payload,
+        "commit": commit(),
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
     }
-    path.write_text(json.dumps(payload, indent=1) + "\n")
+
+
+def write_json(name: str, payload: dict[str, Any]) -> Path:
+    """RESULTS/NAME.json: `provenance()` and `payload`."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps({**provenance(), **payload}, indent=1) + "\n")
     return path
