@@ -27,6 +27,26 @@ def key_mask(real_tokens: Tensor) -> Tensor:
     return real_tokens[:, None, None, :]
 
 
+def relative_positions(q_len: int, k_len: int, device: torch.device | None = None) -> Tensor:
+    """Key position minus query position, with the queries the last q_len of k_len positions.
+
+    Query i stands at position k_len - q_len + i (the earlier keys come from a
+    cache); key j at position j. The causal mask and the relative position biases
+    (`aiayn.positions`) share this alignment.
+
+    Returns:
+        (T, S) long: entry (i, j) is j - (k_len - q_len + i); negative for earlier keys.
+
+    Raises:
+        ValueError: unless 0 <= q_len <= k_len.
+    """
+    if not 0 <= q_len <= k_len:
+        raise ValueError(f"need 0 <= q_len <= k_len, got q_len={q_len}, k_len={k_len}")
+    query_position = torch.arange(q_len, device=device)[:, None] + (k_len - q_len)
+    key_position = torch.arange(k_len, device=device)[None, :]
+    return key_position - query_position
+
+
 def causal_mask(q_len: int, k_len: int, device: torch.device | None = None) -> Tensor:
     """Causal mask aligned to the end: the last query sees every key.
 
@@ -39,7 +59,4 @@ def causal_mask(q_len: int, k_len: int, device: torch.device | None = None) -> T
     """
     if q_len > k_len:
         raise ValueError(f"causal_mask needs q_len <= k_len, got q_len={q_len}, k_len={k_len}")
-    offset = k_len - q_len
-    query_pos = torch.arange(q_len, device=device)[:, None] + offset
-    key_pos = torch.arange(k_len, device=device)[None, :]
-    return key_pos <= query_pos
+    return relative_positions(q_len, k_len, device) <= 0

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from aiayn.positions.base import PositionScheme, register, relative_positions
+from aiayn.masks import relative_positions
+from aiayn.positions.base import PositionScheme, register
 
 if TYPE_CHECKING:
     from aiayn.config import ModelConfig

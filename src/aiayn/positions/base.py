@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-import torch
 from torch import Tensor, nn
 
 if TYPE_CHECKING:  # aiayn.config imports this package to validate ModelConfig.positional
@@ -166,24 +165,3 @@ def check_span(length: int, offset: int, max_len: int, scheme: str) -> None:
             f"{scheme} covers positions 0 .. {max_len - 1} (max_len={max_len}), "
             f"asked for length={length} at offset={offset}"
         )
-
-
-def relative_positions(q_len: int, k_len: int, device: torch.device | None = None) -> Tensor:
-    """Key position minus query position, with the queries the last q_len of k_len positions.
-
-    Args:
-        q_len: T, the number of queries (query i stands at position k_len - q_len + i).
-        k_len: S, the number of keys (key j stands at position j).
-        device: where to build the result.
-
-    Returns:
-        (T, S) long: entry (i, j) is j - (k_len - q_len + i); negative for earlier keys.
-
-    Raises:
-        ValueError: unless 0 <= q_len <= k_len.
-    """
-    if not 0 <= q_len <= k_len:
-        raise ValueError(f"need 0 <= q_len <= k_len, got q_len={q_len}, k_len={k_len}")
-    query_position = torch.arange(q_len, device=device)[:, None] + (k_len - q_len)
-    key_position = torch.arange(k_len, device=device)[None, :]
-    return key_position - query_position
