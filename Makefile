@@ -6,11 +6,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 SWORD_PACKAGES := sword-text-web sword-text-sparv sword-text-kjv
+BROWSER_PACKAGES := chromium chromium-driver
 
 # Folders ruff looks at (benchmarks/ may not exist yet).
 CODE := $(wildcard src tests benchmarks)
 
-.PHONY: demo test lint format install sword clean bench
+.PHONY: demo test lint format install sword browser clean bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,21 +24,39 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 install: $(VENV)/.installed
 
-# The Bible corpus comes from Debian's SWORD modules. Installed when we are root;
-# otherwise the exact command is printed and the data tests skip with a reason.
+# The Bible corpus comes from Debian's SWORD modules. Installed when we are root, and a
+# failed install stops here with the reason; otherwise the exact command is printed and
+# the data tests skip with a reason (under CI=true that stops here too: CI must run them).
+SWORD_DIR := /usr/share/sword/modules/texts/ztext
 sword:
-	@if ls /usr/share/sword/modules/texts/ztext/engWEB2015eb >/dev/null 2>&1 \
-	    && ls /usr/share/sword/modules/texts/ztext/spaRV1909eb >/dev/null 2>&1 \
-	    && ls /usr/share/sword/modules/texts/ztext/engKJV2006eb >/dev/null 2>&1; then :; \
+	@if ls $(SWORD_DIR)/engWEB2015eb >/dev/null 2>&1 \
+	    && ls $(SWORD_DIR)/spaRV1909eb >/dev/null 2>&1 \
+	    && ls $(SWORD_DIR)/engKJV2006eb >/dev/null 2>&1; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
 	    (apt-get install -y -q $(SWORD_PACKAGES) >/dev/null 2>&1 \
 	     || (apt-get update -q >/dev/null && apt-get install -y -q $(SWORD_PACKAGES) >/dev/null)) \
-	    || echo "warning: could not install $(SWORD_PACKAGES)"; \
+	    || { echo "error: apt-get could not install $(SWORD_PACKAGES) (its message is above);" \
+	              "the quickstart and Bible tests need them" >&2; exit 1; }; \
+	elif [ "$$CI" = true ]; then \
+	    echo "error: CI=true needs the Bible corpus: run as root or sudo apt-get install $(SWORD_PACKAGES)" >&2; \
+	    exit 1; \
 	else \
 	    echo "The Bible corpus needs: sudo apt-get install $(SWORD_PACKAGES)"; \
 	fi
 
-demo: install
+# The explorer's browser test drives Debian's headless Chromium (nothing is downloaded at
+# run time). Installed when we are root; otherwise that test skips with this line.
+browser:
+	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	    (apt-get install -y -q $(BROWSER_PACKAGES) >/dev/null 2>&1 \
+	     || (apt-get update -q >/dev/null && apt-get install -y -q $(BROWSER_PACKAGES) >/dev/null)) \
+	    || echo "warning: could not install $(BROWSER_PACKAGES); the browser test will skip"; \
+	else \
+	    echo "The browser test needs: sudo apt-get install $(BROWSER_PACKAGES)"; \
+	fi
+
+demo: install sword
 	$(BIN)/aiayn quickstart
 
 lint: install
@@ -48,7 +67,7 @@ format: install
 	$(BIN)/ruff check --fix $(CODE)
 	$(BIN)/ruff format $(CODE)
 
-test: install lint sword
+test: install lint sword browser
 	$(BIN)/python -m pytest -n 2 -q
 
 # Speed against the peers (README, "Speed"); QUICK=1 for fewer rounds.

@@ -255,6 +255,7 @@ def main() -> None:
         metavar="COMMIT",
         help="also run aiayn as of COMMIT (a git worktree in the workdir), for a 'vs COMMIT' ratio",
     )
+    parser.add_argument("--results", help="results file name (default: decode[-vs-COMMIT])")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--size", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -397,8 +398,17 @@ def main() -> None:
         )
     )
     path = common.write_json(
-        f"decode-vs-{args.against}" if args.against else "decode",
-        {"args": {k: str(v) for k, v in vars(args).items()}, "results": records},
+        args.results or (f"decode-vs-{args.against}" if args.against else "decode"),
+        {
+            "args": {k: str(v) for k, v in vars(args).items()},
+            "method": (
+                f"{len(systems)} systems in worker processes of their own, one warm-up call "
+                f"and {args.rounds} timed calls per setting, taking turns call by call (the "
+                "order rotated every round); ratios are medians of the per-round ratios, so "
+                "that load from other processes on the machine falls on every system alike"
+            ),
+            "results": records,
+        },
     )
     print(
         "\n*sentences whose tokens equal aiayn's at the same precision (aiayn bf16: "

@@ -2,9 +2,18 @@
 
     PYTHONPATH=src python benchmarks/bench_train.py [--quick]
 
-The same work for each system, fp32, train mode (dropout 0.1): 32 sources of 30
-tokens, 30 target tokens, forward, cross-entropy, backward, one AdamW step and
-zero_grad. Every system gets PyTorch's fused AdamW (`fused=True`, the fastest it
+The same work for each system, fp32, train mode: 32 sources of 30 tokens, 30
+target tokens, forward, cross-entropy, backward, one AdamW step and zero_grad.
+
+Dropout (`--dropout`, default 0.1) sits where the paper puts it (section 5.4) and
+nowhere else, in every system: on each sub-layer's output before the residual sum
+and on embeddings + positions. Not on attention weights, not on the FFN's inner
+activation. aiayn and HF Marian do that by configuration (`attention_dropout` and
+`activation_dropout` 0); `torch.nn.Transformer(dropout=p)` also drops attention
+weights and the FFN's inner activation (4x the residual's size), so the benchmark
+sets those two to 0 and keeps its residual dropouts. It also removes the final
+LayerNorm `nn.Transformer` adds after each stack (a post-norm stack has none in the
+paper, aiayn or Marian), so the three systems compute the same function. Every system gets PyTorch's fused AdamW (`fused=True`, the fastest it
 has on the CPU and the kind aiayn's trainer uses). The three models have the same shape (small: d_model 256, 3+3 layers,
 4 heads, d_ff 1024; base: 512, 6+6, 8, 2048; vocabulary 8000, one tied embedding
 matrix). Metric: target tokens/s = 32 x 30 / step time. Systems take turns step by
@@ -55,8 +64,12 @@ COMPILED = "aiayn-compiled"  # not in the defaults: --systems aiayn,aiayn-compil
 LABELS[COMPILED] = "aiayn, torch.compile"
 
 
-def build(system: str, size: str):
-    """(model, loss(src, tgt)) for one system; tgt ends with eos, the decoder starts from pad."""
+def build(system: str, size: str, dropout: float):
+    """(model, loss(src, tgt)) for one system; tgt ends with eos, the decoder starts from pad.
+
+    Every system drops (with probability `dropout`) sub-layer outputs and the embedding
+    sums only: see the module docstring.
+    """
     import torch.nn.functional as F
     from torch import nn
 
@@ -75,7 +88,8 @@ def build(system: str, size: str):
             n_heads=heads,
             d_ff=d_ff,
             n_layers=n_layers,
-            dropout=0.1,
+            dropout=dropout,
+            attention_dropout=0.0,
             max_len=512,
             pad_id=common.PAD,
             bos_id=common.PAD,
@@ -92,7 +106,7 @@ def build(system: str, size: str):
     if system == "hf":
         from transformers import MarianMTModel
 
-        model = MarianMTModel(common.marian_config(size))
+        model = MarianMTModel(common.marian_config(size, dropout=dropout))
 
         def loss(src, tgt):
             return model(input_ids=src, labels=tgt).loss
@@ -100,7 +114,8 @@ def build(system: str, size: str):
         return model, loss
 
     class TorchTransformer(nn.Module):
-        """nn.Transformer with a tied embedding x sqrt(d), sinusoids and output projection."""
+        """nn.Transformer with a tied embedding x sqrt(d), sinusoids and output projection,
+        its dropout sites and final LayerNorms made those of aiayn and Marian."""
 
         def __init__(self) -> None:
             super().__init__()
@@ -111,10 +126,20 @@ def build(system: str, size: str):
             table = torch.zeros(512, d)
             table[:, 0::2], table[:, 1::2] = torch.sin(position * div), torch.cos(position * div)
             self.register_buffer("positions", table, persistent=False)
-            self.dropout = nn.Dropout(0.1)
+            self.dropout = nn.Dropout(dropout)
             self.transformer = nn.Transformer(
-                d, heads, n_layers, n_layers, d_ff, dropout=0.1, batch_first=True
+                d, heads, n_layers, n_layers, d_ff, dropout=dropout, batch_first=True
             )
+            # Residual dropout (dropout1/2/3) stays; attention-weight dropout and the
+            # FFN's inner dropout go, as in aiayn and Marian.
+            for layer in [*self.transformer.encoder.layers, *self.transformer.decoder.layers]:
+                layer.dropout = nn.Identity()  # inside the FFN: linear2(dropout(relu(...)))
+                layer.self_attn.dropout = 0.0
+                if hasattr(layer, "multihead_attn"):
+                    layer.multihead_attn.dropout = 0.0
+            # nn.Transformer ends each stack with a LayerNorm; a post-norm stack needs none.
+            self.transformer.encoder.norm = None
+            self.transformer.decoder.norm = None
 
         def embed(self, ids):
             return self.dropout(self.embedding(ids) * math.sqrt(d) + self.positions[: ids.size(1)])
@@ -137,13 +162,20 @@ def build(system: str, size: str):
 
 
 def worker(
-    system: str, size: str, threads: int, batch: int, src_len: int, tgt_len: int, device: str
+    system: str,
+    size: str,
+    threads: int,
+    batch: int,
+    src_len: int,
+    tgt_len: int,
+    device: str,
+    dropout: float,
 ) -> None:
     from torch.utils.flop_counter import FlopCounterMode
 
     common.set_threads(threads)
     torch.manual_seed(1234)
-    model, fp32_loss = build(system.removesuffix("-bf16").removesuffix("-compiled"), size)
+    model, fp32_loss = build(system.removesuffix("-bf16").removesuffix("-compiled"), size, dropout)
     model.to(device).train()
     device_type = torch.device(device).type
     # The forward pass and loss through torch.compile (the backward through AOTAutograd);
@@ -204,6 +236,9 @@ def main() -> None:
     parser.add_argument("--src-len", type=int, default=30)
     parser.add_argument("--tgt-len", type=int, default=30)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--dropout", type=float, default=0.1, help="residual and embedding dropout, all systems"
+    )
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=8, help="timed steps per system")
     parser.add_argument("--quick", action="store_true", help="2 warm-up and 4 timed steps")
@@ -211,6 +246,7 @@ def main() -> None:
     parser.add_argument(
         "--peak-tflops", type=float, help="dense bf16 peak for MFU (default: known cards)"
     )
+    parser.add_argument("--results", help="results file name (default: train, train-compile)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--size", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -225,6 +261,8 @@ def main() -> None:
         str(args.tgt_len),
         "--device",
         args.device,
+        "--dropout",
+        str(args.dropout),
     ]
     if args.worker:
         return worker(
@@ -235,6 +273,7 @@ def main() -> None:
             args.src_len,
             args.tgt_len,
             args.device,
+            args.dropout,
         )
     peak = args.peak_tflops or common.peak_bf16_tflops(args.device)
     systems = args.systems.split(",")
@@ -312,9 +351,26 @@ def main() -> None:
     )
     headers = ["shape", "system", "params", "tgt tok/s", "ms/step", "TFLOP/s", "MFU"]
     print(common.table([*headers, "vs HF", "vs torch.nn"], rows))
-    name = "train-compile" if COMPILED in systems else "train"  # keeps the peer tables' file
+    # One file per kind of run, so that a compile or dropout-0 run keeps the peer table's.
+    name = args.results or ("train-compile" if COMPILED in systems else "train")
+    if args.dropout != 0.1 and not args.results:
+        name += f"-dropout{args.dropout:g}"
+    method = (
+        f"{len(systems)} systems in worker processes of their own, {args.warmup} warm-up "
+        f"and {args.rounds} timed steps each, taking turns step by step (the order rotated "
+        "every round); ratios are medians of the per-round ratios, so that load from other "
+        "processes on the machine falls on every system alike"
+    )
     path = common.write_json(
-        name, {"args": {k: str(v) for k, v in vars(args).items()}, "results": records}
+        name,
+        {
+            "args": {k: str(v) for k, v in vars(args).items()},
+            "method": method,
+            "dropout_sites": "sub-layer outputs and embedding sums only, every system; "
+            "torch.nn.Transformer without attention-weight and FFN-inner dropout and "
+            "without its final LayerNorm per stack",
+            "results": records,
+        },
     )
     print(f"\nwritten {path}")
 

@@ -42,8 +42,9 @@ def source_ids(batch: int, length: int, seed: int = 0) -> list[list[int]]:
     return [[rng.randint(2, VOCAB - 2) for _ in range(length - 1)] + [EOS] for _ in range(batch)]
 
 
-def marian_config(size: str):
-    """The `MarianConfig` of one benchmark shape: tied embeddings, decoder starting from pad."""
+def marian_config(size: str, dropout: float = 0.1):
+    """The `MarianConfig` of one benchmark shape: tied embeddings, decoder starting from pad,
+    `dropout` on sub-layer outputs and embeddings only (none on attention or the FFN inside)."""
     from transformers import MarianConfig
 
     shape = SHAPES[size]
@@ -66,7 +67,7 @@ def marian_config(size: str):
         decoder_start_token_id=PAD,
         eos_token_id=EOS,
         forced_eos_token_id=EOS,
-        dropout=0.1,
+        dropout=dropout,
         attention_dropout=0.0,
         activation_dropout=0.0,
     )
@@ -287,11 +288,20 @@ def commit() -> str | None:
     return head + ("+changes" if dirty else "")
 
 
+def load_average() -> list[float] | None:
+    """The machine's 1, 5 and 15-minute load averages (other work running beside the run)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
 def provenance() -> dict[str, Any]:
     """What a results file records about its run: date, machine, CPU flags, versions,
-    the commit measured and the command line."""
+    the commit measured, the command line and the load average at its end."""
     return {
         "date": time.strftime("%Y-%m-%d %H:%M"),
+        "load_average": load_average(),
         "machine": machine(),
         "cpu_flags": cpu_flags(),
         "versions": versions(),

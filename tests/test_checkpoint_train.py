@@ -35,10 +35,9 @@ def test_kill_while_writing_leaves_the_previous_checkpoint_loadable(tmp_path):
         from aiayn import checkpoint
         model = Transformer(ModelConfig.tiny(vocab_size=20, d_model=16, n_heads=2, d_ff=32, n_layers=1))
         checkpoint.save_checkpoint({str(tmp_path)!r}, 1, model, {{"step": 1}})
-        def dying_save(obj, path):
-            with open(path, "wb") as f:
-                f.write(b"half a trainer state")
-                f.flush()
+        def dying_save(obj, file):  # save_checkpoint hands torch.save an open file
+            file.write(b"half a trainer state")
+            file.flush()
             os.kill(os.getpid(), signal.SIGKILL)
         checkpoint.torch.save = dying_save
         checkpoint.save_checkpoint({str(tmp_path)!r}, 2, model, {{"step": 2}})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -25,15 +26,63 @@ def test_bleu_and_chrf_equal_sacrebleu() -> None:
     assert scores.sentences == 3
 
 
-def test_tokenized_bleu_splits_compounds() -> None:
-    assert paper_tokenize("A rock-hard problem, solved!") == (
-        "A rock ##AT##-##AT## hard problem , solved !"
-    )
-    hyps = [paper_tokenize(h) for h in HYPS]
-    refs = [paper_tokenize(r) for r in REFS]
-    expected = sacrebleu.corpus_bleu(hyps, [refs], tokenize="none", force=True).score
-    assert tokenized_bleu(HYPS, REFS) == pytest.approx(expected)
+# 13a's rules (mteval-v13a.pl, as sacreBLEU implements them), then tensor2tensor's
+# get_ende_bleu.sh compound rule, perl's s{(\S)-(\S)}{$1 ##AT##-##AT## $2}g: matches do
+# not overlap, so in "x-y-z" the second hyphen stays. Written out by hand.
+PAPER_TOKENS = {
+    "A rock-hard problem, solved!": "A rock ##AT##-##AT## hard problem , solved !",
+    "state-of-the-art": "state ##AT##-##AT## of ##AT##-##AT## the ##AT##-##AT## art",
+    "x-y-z": "x ##AT##-##AT## y-z",
+    "It costs $5,000.50 (approx.)": "It costs $ 5,000.50 ( approx . )",
+    "a 5-year plan": "a 5 - year plan",  # 13a splits digit-hyphen (Moses would not)
+    'Dr. Smith\'s "quote": yes; no?': 'Dr . Smith\'s " quote " : yes ; no ?',
+    "  E-Mail an info@x.de, 3.5%  ": "E ##AT##-##AT## Mail an info @ x . de , 3.5 %",
+}
+
+
+@pytest.mark.parametrize(("text", "tokens"), PAPER_TOKENS.items())
+def test_paper_tokenize_is_13a_then_tensor2tensors_compound_split(text: str, tokens: str) -> None:
+    assert paper_tokenize(text) == tokens
+
+
+def _multi_bleu(matches: list[int], totals: list[int], hyp_len: int, ref_len: int) -> float:
+    """BLEU from clipped n-gram matches and totals (n = 1..4) as multi-bleu.perl computes
+    it: no smoothing (a zero precision gives 0), brevity penalty exp(1 - r/c) when c < r."""
+    if 0 in matches:
+        return 0.0
+    log_precision = sum(math.log(m / t) for m, t in zip(matches, totals, strict=True)) / 4
+    brevity = math.exp(min(0.0, 1 - ref_len / hyp_len))
+    return 100 * brevity * math.exp(log_precision)
+
+
+def test_tokenized_bleu_equals_ngram_counts_by_hand() -> None:
+    """HYPS / REFS tokenized (see PAPER_TOKENS), counted by hand:
+
+    The cat sat on the mat .          |  The cat sat on a mat .
+    A rock ##AT##-##AT## hard problem , solved !  |  ... hard problem was solved !
+    Nothing here                      |  Something here .
+
+    1-grams 6/7 + 7/8 + 1/2 = 14/17 ("the", ",", "Nothing" unmatched; case counts)
+    2-grams 4/6 + 5/7 + 0/1 = 9/14
+    3-grams 2/5 + 3/6 + 0/0 = 5/11
+    4-grams 1/4 + 2/5 + 0/0 = 3/9
+    lengths: hypotheses 7 + 8 + 2 = 17, references 7 + 8 + 3 = 18
+    """
+    expected = _multi_bleu([14, 9, 5, 3], [17, 14, 11, 9], hyp_len=17, ref_len=18)
+    assert tokenized_bleu(HYPS, REFS) == pytest.approx(expected, rel=1e-9)
     assert tokenized_bleu(REFS, REFS) == pytest.approx(100.0)
+
+
+def test_tokenized_bleu_is_unsmoothed_like_multi_bleu() -> None:
+    """No 4-gram in common: multi-bleu.perl (and so tensor2tensor's figure) gives 0,
+    where sacreBLEU's default exp smoothing would give about 40."""
+    hyp, ref = ["the cat sat on the mat"], ["the cat sits on the mat"]
+    # 1-grams 5/6, 2-grams 3/5 (the cat, on the, the mat), 3-grams 1/4, 4-grams 0/3
+    assert _multi_bleu([5, 3, 1, 0], [6, 5, 4, 3], 6, 6) == 0.0
+    assert tokenized_bleu(hyp, ref) == 0.0
+    # with one 4-gram in common the figure is the plain geometric mean
+    hyp, ref = ["the cat sat on the mat"], ["the cat sat on a mat"]  # 5/6 3/5 2/4 1/3
+    assert tokenized_bleu(hyp, ref) == pytest.approx(_multi_bleu([5, 3, 2, 1], [6, 5, 4, 3], 6, 6))
 
 
 def test_mismatched_lengths_are_an_error() -> None:

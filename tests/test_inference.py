@@ -43,7 +43,7 @@ def test_frozen_linear_equals_f_linear(path, relu, bias):
     for x in (torch.randn(3, 4, 6), torch.randn(1, 6), torch.randn(4, 12)[:, ::2]):  # strided too
         expected = F.linear(x, weight, b)
         expected = F.relu(expected) if relu else expected
-        torch.testing.assert_close(frozen(x), expected, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(frozen(x), expected, rtol=0, atol=1e-5)
 
 
 def test_frozen_linear_in_bf16_and_float64(path):
@@ -78,7 +78,7 @@ def test_fused_qkv_self_attention_equals_the_literal_module(n_kv_heads):
         for kwargs in ({"mask": mask}, {"causal": True}, {"mask": mask, "need_weights": True}):
             expected = mha(x, x, **kwargs)
             got = frozen(x, x, **kwargs)
-            torch.testing.assert_close(got[0], expected[0], rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(got[0], expected[0], rtol=0, atol=1e-5)
             if kwargs.get("need_weights"):
                 torch.testing.assert_close(got[1], expected[1])
         literal_cache, frozen_cache = LayerKV(static=False), LayerKV(static=False)
@@ -86,7 +86,7 @@ def test_fused_qkv_self_attention_equals_the_literal_module(n_kv_heads):
             step = x[:, t : t + 1]
             expected, _ = mha(step, step, causal=True, cache=literal_cache)
             got, _ = frozen(step, step, causal=True, cache=frozen_cache)
-            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("need_weights", [False, True])
@@ -104,7 +104,7 @@ def test_query_rows_sharing_a_source_row_equal_a_repeated_source(need_weights):
             query, memory, key_mask(real), cache=static, need_weights=need_weights
         )
     assert static.key.size(0) == 2
-    torch.testing.assert_close(shared, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(shared, expected, rtol=0, atol=1e-5)
     if need_weights:
         torch.testing.assert_close(shared_weights, weights)
     with pytest.raises(ValueError, match="cannot share"):
@@ -157,7 +157,7 @@ def assert_same_decoding(model, frozen, src, extra_len=6):
         encoded = model.encode(src)
         tgt = torch.randint(3, model.cfg.vocab_size, (src.size(0), 6))
         torch.testing.assert_close(
-            frozen.decode(tgt, frozen.encode(src)), model.decode(tgt, encoded), rtol=1e-5, atol=1e-5
+            frozen.decode(tgt, frozen.encode(src)), model.decode(tgt, encoded), rtol=0, atol=1e-5
         )
     for search in (
         lambda m: greedy_search(m, src, extra_len=extra_len),

@@ -64,7 +64,7 @@ def test_config_refuses_bad_values():
 
 
 def test_default_recipes_exist():
-    assert recipes_dir() == ROOT / "configs"
+    assert recipes_dir() == (ROOT / "configs").resolve()  # configs/ links to the packaged ones
     assert default_recipe("cpu").is_file()
     assert default_recipe("cuda").is_file()
 
@@ -138,7 +138,7 @@ def test_quickstart_tiny_end_to_end_and_resume(tmp_path):
         tgt = src[:, :6].clone()
         expected = literal.decode(tgt, literal.encode(src))
         torch.testing.assert_close(
-            frozen.decode(tgt, frozen.encode(src)), expected, rtol=1e-5, atol=1e-5
+            frozen.decode(tgt, frozen.encode(src)), expected, rtol=0, atol=1e-5
         )
     for beam in (1, 4):
         config = DecodeConfig(beam=beam, nbest=beam)

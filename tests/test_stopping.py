@@ -85,3 +85,19 @@ def test_stop_signals_record_the_first_signal_and_restore_the_handlers():
         with pytest.raises(KeyboardInterrupt):  # a second SIGINT stops at once
             os.kill(os.getpid(), signal.SIGINT)
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == previous
+
+
+def test_a_first_sigint_is_recorded_and_a_second_stops_at_once():
+    with StopSignals() as signals:
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C: save, then stop; no exception here
+        assert signals.received == signal.SIGINT
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_a_sigterm_after_a_sigint_keeps_the_first_signal():
+    # The exit code is 128 + the first signal: a later SIGTERM must not turn 130 into 143.
+    with StopSignals() as signals:
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert signals.received == signal.SIGINT

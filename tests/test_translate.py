@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from aiayn import ModelConfig, Transformer
 from aiayn.checkpoint import save_model
 from aiayn.cli import app
 from aiayn.data.tokenizer import train_tokenizer
-from aiayn.search import DecodeConfig, search
+from aiayn.search import DecodeConfig, length_penalty, search
 from aiayn.translate import Translator
 from infer_helpers import make_run, sentences
 
@@ -152,8 +151,58 @@ def test_cli_dtype_takes_torchs_names(run: Path) -> None:
     assert auto.exit_code == 2 and "float32, bfloat16, float16" in auto.output
 
 
+class _RecordingDecoding:
+    """A `Decoding` that keeps, for every prefix it was asked to extend, the logits it returned."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.input_lengths, self.dtype = inner.input_lengths, inner.dtype
+        self.prefixes: list[tuple[int, ...]] | None = None
+        self.logits: dict[tuple[int, ...], torch.Tensor] = {}
+
+    def step(self, last: torch.Tensor) -> torch.Tensor:
+        logits = self.inner.step(last)
+        if self.prefixes is None:
+            self.prefixes = [() for _ in last]  # `last` is bos: prefixes hold generated ids
+        else:
+            self.prefixes = [(*p, int(t)) for p, t in zip(self.prefixes, last, strict=True)]
+        for prefix, row in zip(self.prefixes, logits, strict=True):
+            self.logits[prefix] = row.clone()
+        return logits
+
+    def keep(self, rows: torch.Tensor, sentences: torch.Tensor | None = None) -> None:
+        self.inner.keep(rows, sentences)
+        self.prefixes = [self.prefixes[int(r)] for r in rows]
+
+
 def test_bfloat16_model_still_sums_scores_in_float32(run: Path) -> None:
+    """The bf16 model's logits, turned into log-probabilities and summed along the
+    winning path in float32 by hand, give the search's log_prob and score to float32
+    precision; summing in bfloat16 (8 significant bits) would be off by about 1%."""
     translator = Translator.load(run, dtype=torch.bfloat16)
     assert next(translator.model.parameters()).dtype == torch.bfloat16
-    (candidates,) = translator.translate_nbest(["house."], DecodeConfig(beam=2, extra_len=3))
-    assert isinstance(candidates[0].text, str) and math.isfinite(candidates[0].score)
+    model = translator.engine  # what `translate` decodes with
+    decodings = []
+
+    class Recording:
+        cfg = model.cfg
+
+        def start(self, src: torch.Tensor, beam: int = 1) -> _RecordingDecoding:
+            decodings.append(_RecordingDecoding(model.start(src, beam)))
+            return decodings[-1]
+
+    alpha = 0.6
+    src = translator.to_batch(translator.encode(["house garden river."]))
+    (hypotheses,) = search(Recording(), src, DecodeConfig(beam=2, alpha=alpha, extra_len=6))
+    (decoding,) = decodings
+    assert decoding.dtype == torch.bfloat16
+    assert {row.dtype for row in decoding.logits.values()} == {torch.bfloat16}
+    for hypothesis in hypotheses:
+        path = [*hypothesis.tokens, model.cfg.eos_id]
+        log_prob = torch.zeros((), dtype=torch.float32)
+        for t, token in enumerate(path):
+            logits = decoding.logits[tuple(path[:t])].float()
+            log_prob += torch.log_softmax(logits, dim=-1)[token]
+        assert hypothesis.log_prob == pytest.approx(log_prob.item(), rel=1e-6, abs=1e-6)
+        score = log_prob / length_penalty(torch.tensor(len(path), dtype=torch.float32), alpha)
+        assert hypothesis.score == pytest.approx(score.item(), rel=1e-6, abs=1e-6)

@@ -7,7 +7,10 @@ A weights file carries its `ModelConfig` as JSON in the safetensors metadata, so
 from __future__ import annotations
 
 import json
+import logging
+import os
 import shutil
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,8 @@ from aiayn.data.tokenizer import TOKENIZER_FILE as TOKENIZER_FILE  # RUN/spm.mod
 from aiayn.files import write_dir_atomic, write_file_atomic
 from aiayn.model import Transformer
 from aiayn.models import build_model
+
+log = logging.getLogger(__name__)
 
 CONFIG_KEY = "aiayn.model_config"
 
@@ -79,34 +84,70 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> nn.Modul
 # ----- a run directory's layout ------------------------------------------------
 #   RUN/config.yaml                              the resolved training recipe
 #   RUN/spm.model                                the shared subword model
+#   RUN/.lock                                    held by the one trainer of the run
 #   RUN/checkpoints/step-00001000/model.safetensors (+ trainer.pt, the trainer state)
 #   RUN/checkpoints/best/model.safetensors       lowest validation loss so far
 #   RUN/checkpoints/average-last-5/model.safetensors   from `aiayn average RUN --last 5`
+#                                     (+ averaged.json: the steps it averages)
 
 WEIGHTS_FILE = "model.safetensors"
+BEST_DIR = "best"
+LOCK_FILE = ".lock"
+AVERAGED_FILE = "averaged.json"
+STEP_PREFIX = "step-"
+
+
+def step_of(checkpoint_dir: Path) -> int:
+    """The update count a step checkpoint directory is named after."""
+    return int(checkpoint_dir.name.removeprefix(STEP_PREFIX))
 
 
 def step_checkpoints(run_dir: str | Path) -> list[Path]:
     """The run's step checkpoint directories, oldest first."""
     root = Path(run_dir) / "checkpoints"
-    found = [d for d in root.glob("step-*") if (d / WEIGHTS_FILE).is_file()]
-    return sorted(found, key=lambda d: int(d.name.removeprefix("step-")))
+    found = [d for d in root.glob(f"{STEP_PREFIX}*") if (d / WEIGHTS_FILE).is_file()]
+    return sorted(found, key=step_of)
 
 
 def find_in_run(weights: str | Path, name: str) -> Path | None:
-    """The run's file `name` (spm.model, config.yaml): next to a weights file or in one
-    of the three directories above it (a run's root holds checkpoints/step-N/), or None."""
-    for directory in Path(weights).resolve().parents[:4]:
-        if (directory / name).is_file():
-            return directory / name
-    return None
+    """The run's file `name` (spm.model, config.yaml) for a weights file, or None.
+
+    Looked for where a run's layout puts it, and nowhere else: beside the weights (a
+    pruned run, a bare checkpoint directory), then in RUN when the weights are
+    RUN/checkpoints/NAME/model.safetensors. A parent folder's file of the same name
+    belongs to another run and is never taken.
+    """
+    weights = Path(weights).absolute()
+    places = [weights.parent]
+    if weights.parent.parent.name == "checkpoints":
+        places.append(weights.parents[2])
+    return next((p / name for p in places if (p / name).is_file()), None)
+
+
+def averaged_steps(average_dir: Path) -> list[int] | None:
+    """The steps an `average_last` directory averages (from its averaged.json), or None
+    for an average without that record."""
+    try:
+        record = json.loads((average_dir / AVERAGED_FILE).read_text(encoding="utf-8"))
+        return [int(step) for step in record["steps"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def resolve_weights(run_or_file: str | Path) -> Path:
-    """The weights file to translate with.
+    """The weights file to translate with: the one rule of aiayn.
 
-    A `.safetensors` file is taken as it is. In a run directory the preference is:
-    the newest averaged checkpoint, then `best`, then the latest step.
+    A `.safetensors` file is taken as it is, and so is a checkpoint directory's
+    model.safetensors. In a run directory, the first of:
+
+    1. an average (RUN/checkpoints/average-last-K, from `aiayn average`) whose
+       averaged steps reach the newest step checkpoint; the most recently written
+       one if several do;
+    2. RUN/checkpoints/best, the lowest validation loss so far;
+    3. the newest step checkpoint.
+
+    An average older than the newest step checkpoint (training went on after it was
+    made) is not used: a warning names it and the command that re-averages.
 
     Raises:
         FileNotFoundError: naming what was looked for, if nothing is there.
@@ -118,17 +159,35 @@ def resolve_weights(run_or_file: str | Path) -> Path:
         raise FileNotFoundError(f"no checkpoint or run directory at {path}")
     if (path / WEIGHTS_FILE).is_file():  # a single checkpoint directory
         return path / WEIGHTS_FILE
-    averaged = sorted(
+    steps = step_checkpoints(path)
+    newest = step_of(steps[-1]) if steps else None
+    averages = sorted(
         (path / "checkpoints").glob(f"average-last-*/{WEIGHTS_FILE}"),
         key=lambda p: p.stat().st_mtime,
     )
-    if averaged:
-        return averaged[-1]
-    if (path / "checkpoints" / "best" / WEIGHTS_FILE).is_file():
-        return path / "checkpoints" / "best" / WEIGHTS_FILE
-    steps = step_checkpoints(path)
-    if steps:
-        return steps[-1] / WEIGHTS_FILE
+    current = [
+        weights
+        for weights in averages
+        if newest is None or max(averaged_steps(weights.parent) or [-1]) >= newest
+    ]
+    if current:
+        return current[-1]
+    fallback = path / "checkpoints" / BEST_DIR / WEIGHTS_FILE
+    if not fallback.is_file():
+        fallback = steps[-1] / WEIGHTS_FILE if steps else None
+    if averages and fallback is not None:
+        stale = averages[-1].parent
+        log.warning(
+            "%s is older than the newest checkpoint (step %d): translating with %s instead; "
+            "re-average with: aiayn average %s --last %s",
+            stale,
+            newest,
+            fallback,
+            path,
+            stale.name.removeprefix("average-last-"),
+        )
+    if fallback is not None:
+        return fallback
     raise FileNotFoundError(
         f"{path} holds no checkpoint: looked for {path}/checkpoints/"
         f"{{average-last-*,best,step-*}}/{WEIGHTS_FILE}"
@@ -140,9 +199,12 @@ def resolve_weights(run_or_file: str | Path) -> Path:
 #   and trainer.pt (the state that makes a resumed run exact, see `save_checkpoint`).
 #   It is written complete under a hidden temporary name, every file fsynced, then
 #   renamed into place: a directory named step-* is always whole.
+#   Test hook: AIAYN_TEST_SLOW_SAVE=SECONDS makes every step checkpoint pause that long
+#   half-way through its write (weights written, trainer state not yet), so that a test
+#   can kill the process mid-write. Never set it otherwise.
 
 TRAINER_FILE = "trainer.pt"
-BEST_DIR = "best"
+SLOW_SAVE_VARIABLE = "AIAYN_TEST_SLOW_SAVE"
 
 
 def save_checkpoint(
@@ -165,12 +227,22 @@ def save_checkpoint(
 
     Returns:
         The checkpoint directory.
+
+    Raises:
+        aiayn.files.WriteFailed: (an OSError) the disk is full or not writable; it
+            names the checkpoint directory, and the earlier checkpoints are intact.
     """
-    target = Path(run_dir) / "checkpoints" / f"step-{step:08d}"
+    target = Path(run_dir) / "checkpoints" / f"{STEP_PREFIX}{step:08d}"
+    pause = float(os.environ.get(SLOW_SAVE_VARIABLE) or 0)
 
     def write(tmp: Path) -> None:
         _save_weights(model, str(tmp / WEIGHTS_FILE), metadata=_metadata(model))
-        torch.save(trainer_state, tmp / TRAINER_FILE)
+        if pause:
+            time.sleep(pause)
+        # An open file, not a path: then a full disk surfaces as the OSError behind
+        # torch's RuntimeError (see aiayn.files.system_error).
+        with open(tmp / TRAINER_FILE, "wb") as file:
+            torch.save(trainer_state, file)
 
     write_dir_atomic(target, write)
     if keep_last is not None:
@@ -198,12 +270,29 @@ def load_weights(model: Transformer, path: str | Path, device: str | torch.devic
     """Load a weights file into an existing model, in place (the optimizer keeps its tensors).
 
     Raises:
-        ValueError: the file does not match the model.
+        ValueError: the file does not match the model; the config fields that
+            differ are named when the file records its config.
     """
     try:
         _load_weights(model, str(path), strict=True, device=str(device))
     except (SafetensorError, RuntimeError, OSError) as err:
+        try:
+            differ = _differing_fields(read_config(path), model.cfg)
+        except (FileNotFoundError, ValueError):  # no config to compare: the loader's message
+            differ = ""
+        if differ:  # one line, not a size mismatch per tensor
+            raise ValueError(f"{path} holds a model of another shape: {differ}") from None
         raise ValueError(f"cannot load weights from {path}: {err}") from None
+
+
+def _differing_fields(saved: ModelConfig, wanted: ModelConfig) -> str:
+    """ "d_model 32 in the file, 64 here; ..." for every field that differs."""
+    old, new = saved.to_dict(), wanted.to_dict()
+    return "; ".join(
+        f"{k} {old.get(k)!r} in the file, {new.get(k)!r} here"
+        for k in sorted(old.keys() | new.keys())
+        if old.get(k) != new.get(k)
+    )
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
@@ -257,7 +346,8 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, torch.Tensor]:
 
 
 def average_last(run_dir: str | Path, k: int) -> Path:
-    """Average the last `k` step checkpoints of a run into RUN/checkpoints/average-last-K/.
+    """Average the last `k` step checkpoints of a run into RUN/checkpoints/average-last-K/,
+    with averaged.json recording which steps (`averaged_steps` reads it back).
 
     Returns:
         The path of the averaged `model.safetensors`.
@@ -272,14 +362,17 @@ def average_last(run_dir: str | Path, k: int) -> Path:
         raise ValueError(
             f"{run_dir} has {len(steps)} step checkpoint(s), fewer than the {k} to average"
         )
-    chosen = [d / WEIGHTS_FILE for d in steps[-k:]]
-    averaged = average_checkpoints(chosen)
-    metadata = {
-        CONFIG_KEY: json.dumps(read_config(chosen[0]).to_dict()),
-        "aiayn.averaged": json.dumps([d.name for d in steps[-k:]]),
-    }
+    chosen = steps[-k:]
+    weights = [d / WEIGHTS_FILE for d in chosen]
+    averaged = average_checkpoints(weights)
+    names = json.dumps([d.name for d in chosen])
+    metadata = {CONFIG_KEY: json.dumps(read_config(weights[0]).to_dict()), "aiayn.averaged": names}
+    record = {"steps": [step_of(d) for d in chosen], "checkpoints": [d.name for d in chosen]}
     target = Path(run_dir) / "checkpoints" / f"average-last-{k}"
-    write_dir_atomic(
-        target, lambda tmp: save_file(averaged, str(tmp / WEIGHTS_FILE), metadata=metadata)
-    )
+
+    def fill(tmp: Path) -> None:
+        save_file(averaged, str(tmp / WEIGHTS_FILE), metadata=metadata)
+        (tmp / AVERAGED_FILE).write_text(json.dumps(record) + "\n", encoding="utf-8")
+
+    write_dir_atomic(target, fill)
     return target / WEIGHTS_FILE

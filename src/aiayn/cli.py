@@ -6,11 +6,25 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer.core import TyperGroup
 
 from aiayn.config import Precision, enum_member
 
+
+class _OneLineErrors(TyperGroup):
+    """The top command: an OS error no subcommand caught (a full disk, a read-only
+    file system, permission denied) is reported in one line naming the path, exit 1."""
+
+    def invoke(self, ctx: typer.Context):
+        try:
+            return super().invoke(ctx)
+        except OSError as err:
+            raise _fail(err) from None
+
+
 app = typer.Typer(
     name="aiayn",
+    cls=_OneLineErrors,
     help="The Transformer of 'Attention Is All You Need': train, translate, score, look inside.",
     no_args_is_help=True,
     add_completion=False,
@@ -29,6 +43,10 @@ def demo(vocab_size: int = typer.Option(37000, help="Shared vocabulary size for 
 
     from aiayn import ModelConfig, Transformer
 
+    try:
+        ModelConfig.tiny(vocab_size=vocab_size)
+    except ValueError as err:
+        raise _fail(err) from None
     for name in ("base", "big"):
         cfg = getattr(ModelConfig, name)(vocab_size=vocab_size)
         with torch.device("meta"):  # count parameters without allocating them
@@ -67,17 +85,23 @@ _SEED = typer.Option(0, help="Seed of the subword model's training sample.")
 def _prepare_config(vocab_size: int, max_tokens: int, max_ratio: float, seed: int):
     from aiayn.data.prepare import PrepareConfig
 
-    return PrepareConfig(
-        vocab_size=vocab_size, max_tokens=max_tokens, max_ratio=max_ratio, seed=seed
-    )
+    try:
+        return PrepareConfig(
+            vocab_size=vocab_size, max_tokens=max_tokens, max_ratio=max_ratio, seed=seed
+        )
+    except ValueError as err:
+        raise _fail(err) from None
 
 
-def _run_prepare(build) -> None:
+def _run_prepare(build, out: str) -> None:
     """Run a prepare function; report the result, or the error without a traceback."""
     import logging
 
+    from aiayn.files import check_output
+
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
+        check_output(out, "--out", directory=True)
         corpus = build()
     except (OSError, ValueError) as err:
         typer.echo(f"error: {err}", err=True)
@@ -112,7 +136,7 @@ def prepare_bible_command(
     except ValueError:
         raise typer.BadParameter(f"--src must be web or kjv, got {src!r}") from None
     config = _prepare_config(vocab_size, max_tokens, max_ratio, seed)
-    _run_prepare(lambda: prepare_bible(out, english, config))
+    _run_prepare(lambda: prepare_bible(out, english, config), out)
 
 
 @prepare_app.command("text")
@@ -142,7 +166,8 @@ def prepare_text_command(
     valid, test = both(src_valid, tgt_valid, "valid"), both(src_test, tgt_test, "test")
     config = _prepare_config(vocab_size, max_tokens, max_ratio, seed)
     _run_prepare(
-        lambda: prepare_text((src_train, tgt_train), out, src_lang, tgt_lang, valid, test, config)
+        lambda: prepare_text((src_train, tgt_train), out, src_lang, tgt_lang, valid, test, config),
+        out,
     )
 
 
@@ -163,7 +188,7 @@ def prepare_tsv_command(
     from aiayn.data.prepare import prepare_tsv
 
     config = _prepare_config(vocab_size, max_tokens, max_ratio, seed)
-    _run_prepare(lambda: prepare_tsv(train, out, src_lang, tgt_lang, valid, test, config))
+    _run_prepare(lambda: prepare_tsv(train, out, src_lang, tgt_lang, valid, test, config), out)
 
 
 @prepare_app.command("hf")
@@ -182,7 +207,7 @@ def prepare_hf_command(
     from aiayn.data.prepare import prepare_hf
 
     config = _prepare_config(vocab_size, max_tokens, max_ratio, seed)
-    _run_prepare(lambda: prepare_hf(name, out, src_lang, tgt_lang, config_name, config))
+    _run_prepare(lambda: prepare_hf(name, out, src_lang, tgt_lang, config_name, config), out)
 
 
 # ----- training: train, average ----------------------------------------------
@@ -195,7 +220,13 @@ def prepare_hf_command(
     "several processes: torchrun --nproc_per_node N -m aiayn.cli train ... --run-dir DIR",
 )
 def train(
-    config: Annotated[Path, typer.Argument(help="The YAML recipe (see configs/).")],
+    config: Annotated[
+        Path,
+        typer.Argument(
+            help="A YAML recipe, or the name of a packaged one (bible-en-es-cpu, "
+            "bible-en-es-gpu, wmt14-en-de-base, wmt14-en-de-big, tiny-test; see configs/)."
+        ),
+    ],
     overrides: Annotated[
         list[str] | None, typer.Argument(help="section.key=value overrides of the recipe.")
     ] = None,
@@ -216,15 +247,19 @@ def train(
     """Train a Transformer from a recipe; checkpoints, metrics and logs go to --run."""
     import logging
 
+    from aiayn.configs import find_recipe
+    from aiayn.files import check_output
     from aiayn.train import train_from_recipe
 
+    config = find_recipe(config)
     handler = logging.StreamHandler()
     handler.setLevel(logging.WARNING)  # info lines go to RUN/train.log, not over the bar
     handler.setFormatter(logging.Formatter("aiayn: %(levelname)s: %(message)s"))
     logging.getLogger().addHandler(handler)
     try:
+        check_output(run, "--run", directory=True)
         result = train_from_recipe(config, run, overrides or [], device=device, progress=progress)
-    except (FileNotFoundError, ValueError) as err:
+    except (OSError, ValueError) as err:  # a full disk too: the checkpoints so far are intact
         raise _fail(err) from None
     finally:
         logging.getLogger().removeHandler(handler)
@@ -238,8 +273,8 @@ def train(
     )
     if result.stopped == "non_finite":
         raise _fail(ValueError("too many non-finite losses in a row; see RUN/train.log"))
-    if result.stopped == "signal":
-        raise typer.Exit(code=130)
+    if result.signal_number is not None:  # the shell's convention: 128 + the signal
+        raise typer.Exit(code=128 + result.signal_number)
 
 
 @app.command()
@@ -248,13 +283,14 @@ def average(
     last: Annotated[int, typer.Option("--last", help="Average this many latest checkpoints.")] = 5,
 ) -> None:
     """Average the last K step checkpoints (section 6) into RUN/checkpoints/average-last-K."""
-    from aiayn.checkpoint import average_last
+    from aiayn.checkpoint import average_last, averaged_steps
 
     try:
         path = average_last(run, last)
-    except (FileNotFoundError, ValueError) as err:
+    except (OSError, ValueError) as err:
         raise _fail(err) from None
-    typer.echo(f"wrote {path}")
+    steps = ", ".join(str(step) for step in averaged_steps(path.parent) or [])
+    typer.echo(f"wrote {path} (the average of steps {steps})")
 
 
 # ----- inference: translate, evaluate, attention -----------------------------
@@ -262,6 +298,8 @@ def average(
 
 def _fail(err: Exception) -> typer.Exit:
     """Report a user error in one line (no traceback) and exit with status 1."""
+    if type(err).__str__ is OSError.__str__ and err.filename is not None:  # "[Errno 28] ..."
+        err = f"{err.filename}: {err.strerror}"
     typer.echo(f"aiayn: error: {err}", err=True)
     return typer.Exit(code=1)
 
@@ -375,11 +413,13 @@ def translate(
     """
     import sys
 
-    from aiayn.files import decode_lines, read_lines
+    from aiayn.files import check_output, decode_lines, read_lines
 
     _warnings_to_stderr()
     given = {"beam": beam, "alpha": alpha, "extra_len": extra_len}
     try:
+        if output is not None:
+            check_output(output, "-o")
         lines = read_lines(input) if input else list(decode_lines(sys.stdin.buffer, "<stdin>"))
         translator = _load_translator(run, device, tokenizer, dtype)
         config = translator.decode_config(
@@ -432,16 +472,23 @@ def evaluate(
         Path | None,
         typer.Option(help="Where hypotheses.txt and scores.json go (default RUN/eval/NAME)."),
     ] = None,
-    beam: BeamOpt = 4,
-    alpha: AlphaOpt = 0.6,
+    beam: Annotated[
+        int | None, typer.Option(help="Beam width, 1 = greedy (default: the model's, or 4).")
+    ] = None,
+    alpha: Annotated[
+        float | None, typer.Option(help="Length penalty exponent (default: the model's, or 0.6).")
+    ] = None,
     max_tokens: MaxTokensOpt = 4096,
     device: DeviceOpt = "cpu",
     dtype: PrecisionOpt = Precision.FP32,
     tokenizer: TokenizerOpt = None,
 ) -> None:
-    """sacreBLEU (with signature) and chrF, plus the paper-style tokenized BLEU, labelled."""
+    """sacreBLEU (with signature) and chrF, plus the paper-style tokenized BLEU, labelled.
+
+    Search settings not given are the model's, as in `aiayn translate`.
+    """
     from aiayn import evaluate as scoring
-    from aiayn.files import read_lines
+    from aiayn.files import check_output, read_lines
 
     _warnings_to_stderr()
     try:
@@ -450,6 +497,8 @@ def evaluate(
         if split is not None:
             src, ref = _split_files(run, split)
         name = split or src.stem
+        out_dir = out or (run if run.is_dir() else run.parent) / "eval" / name
+        check_output(out_dir, "--out", directory=True)
         sources, references = read_lines(src), read_lines(ref)
         if len(sources) != len(references):
             raise ValueError(f"{src} has {len(sources)} lines but {ref} has {len(references)}")
@@ -458,7 +507,6 @@ def evaluate(
             sources, beam=beam, alpha=alpha, max_tokens=max_tokens, progress=True
         )
         scores = scoring.score(hypotheses, references)
-        out_dir = out or (run if run.is_dir() else run.parent) / "eval" / name
         json_path = scoring.write_report(scores, hypotheses, out_dir)
     except (FileNotFoundError, ValueError) as err:
         raise _fail(err) from None
@@ -474,20 +522,42 @@ def attention(
     layer: Annotated[list[int] | None, typer.Option(help="Layer(s) to draw, from 0.")] = None,
     head: Annotated[list[int] | None, typer.Option(help="Head(s) to draw, from 0.")] = None,
     beam: Annotated[int, typer.Option(help="Beam width for the translation drawn.")] = 1,
+    alpha: Annotated[float, typer.Option(help="Length-penalty exponent of beam search.")] = 0.6,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write the interactive explorer, data inlined, to this HTML file "
+            "(opens offline) instead of the PNGs."
+        ),
+    ] = None,
     device: DeviceOpt = "cpu",
     tokenizer: TokenizerOpt = None,
 ) -> None:
-    """Heat maps of encoder, decoder and encoder-decoder attention, one grid each, as PNG."""
+    """Heat maps of encoder, decoder and encoder-decoder attention: PNG grids, or --html."""
+    from aiayn.files import check_output
     from aiayn.search import DecodeConfig
     from aiayn.viz import plot_translation_attention
 
     _warnings_to_stderr()
     try:
+        if html is not None and (layer or head):
+            raise ValueError("--layer and --head choose PNG panels; --html shows every head")
+        if html is not None:
+            check_output(html, "--html")
+        else:
+            check_output(out, "--out", directory=True)
+        decode = DecodeConfig(beam=beam, alpha=alpha)
         translator = _load_translator(run, device, tokenizer)
-        paths = plot_translation_attention(
-            translator, sentence, out, layer or None, head or None, DecodeConfig(beam=beam)
-        )
-    except (FileNotFoundError, ValueError) as err:
+        if html is not None:
+            from aiayn.explorer import attention_payload, write_explorer_html
+
+            payload = {"run": str(run), **attention_payload(translator, sentence, decode)}
+            paths = {"html": write_explorer_html(payload, html)}
+        else:
+            paths = plot_translation_attention(
+                translator, sentence, out, layer or None, head or None, decode
+            )
+    except (OSError, ValueError) as err:
         raise _fail(err) from None
     for path in paths.values():
         typer.echo(str(path))
@@ -509,10 +579,12 @@ def heads(
 ) -> None:
     """What each head does: entropy, confidence, positions, importance; JSON, PNG, markdown."""
     from aiayn.data.corpus import read_parallel
+    from aiayn.files import check_output
     from aiayn.heads import HEADS_FILE, head_report, write_head_report
 
     _warnings_to_stderr()
     try:
+        check_output(out or run / HEADS_FILE.parent, "--out", directory=True)
         if sentences < 1:
             raise ValueError(f"--sentences must be at least 1, got {sentences}")
         if not (run / "config.yaml").is_file():
@@ -677,14 +749,81 @@ def convert_marian_command(
     (the generation settings: beam, length penalty, max length, bad words).
     Nothing is downloaded and transformers is not needed.
     """
+    from aiayn.files import check_output
     from aiayn.marian import convert_marian
 
     _warnings_to_stderr()
     try:
+        check_output(out, "OUT", directory=True)
         weights = convert_marian(path, out)
     except (FileNotFoundError, ValueError) as err:
         raise _fail(err) from None
     typer.echo(f"wrote {weights}; translate with: aiayn translate {out}")
+
+
+# ----- serving ---------------------------------------------------------------------
+
+
+@app.command()
+def serve(
+    run: Annotated[
+        Path,
+        typer.Argument(help="Run, checkpoint or converted directory, or a Marian directory."),
+    ],
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    queue_size: Annotated[int, typer.Option(help="Sentences waiting at most (429 above).")] = 256,
+    max_tokens: Annotated[
+        int, typer.Option(help="Source tokens per batch, padding included.")
+    ] = 4096,
+    max_batch: Annotated[int, typer.Option(help="Sentences per batch (1 = no batching).")] = 128,
+    max_wait_ms: Annotated[
+        float, typer.Option(help="How long the model may idle while sentences wait for company.")
+    ] = 5.0,
+    max_chars: Annotated[int, typer.Option(help="Characters per request (413 above).")] = 20_000,
+    max_sentences: Annotated[int, typer.Option(help="Sentences per request (413 above).")] = 64,
+    max_request_tokens: Annotated[
+        int, typer.Option(help="Source tokens per request (413 above).")
+    ] = 4096,
+    max_beam: Annotated[int, typer.Option(help="Widest beam a request may ask for.")] = 16,
+    deadline: Annotated[
+        float, typer.Option(help="Seconds a request may take, queueing included (504 after).")
+    ] = 30.0,
+    threads: Annotated[int, typer.Option(help="torch threads of the inference thread.")] = 1,
+    access_log: Annotated[bool, typer.Option(help="Log every request.")] = True,
+    device: DeviceOpt = "cpu",
+    dtype: PrecisionOpt = Precision.FP32,
+    tokenizer: TokenizerOpt = None,
+) -> None:
+    """Serve translations over HTTP with dynamic batching, and the attention explorer.
+
+    POST /v1/translate, GET /health /ready /info /metrics; the API's documentation is
+    at /docs. SIGTERM finishes the requests in flight, then exits.
+    """
+    from aiayn.serve import ServeConfig, create_app, run_server
+    from aiayn.translate import Translator
+
+    _warnings_to_stderr()
+    try:
+        settings = ServeConfig(
+            queue_size=queue_size,
+            max_tokens=max_tokens,
+            max_batch=max_batch,
+            max_wait_ms=max_wait_ms,
+            max_chars=max_chars,
+            max_sentences=max_sentences,
+            max_request_tokens=max_request_tokens,
+            max_beam=max_beam,
+            deadline_s=deadline,
+            threads=threads,
+        )
+        if (run / "config.json").is_file():  # a Marian directory as transformers saves it
+            translator = Translator.from_marian(run, device=device, dtype=dtype.dtype)
+        else:
+            translator = _load_translator(run, device, tokenizer, dtype)
+    except (FileNotFoundError, ValueError) as err:
+        raise _fail(err) from None
+    run_server(create_app(translator, settings, run), host, port, access_log)
 
 
 # ----- the main job: quickstart ------------------------------------------------
@@ -703,7 +842,9 @@ def quickstart(
     ] = None,
     recipe: Annotated[
         Path | None,
-        typer.Option(help="Training recipe (default: configs/bible-en-es-{cpu,gpu}.yaml)."),
+        typer.Option(
+            help="Training recipe, a file or a packaged name (default: bible-en-es-{cpu,gpu})."
+        ),
     ] = None,
     set_: Annotated[
         list[str] | None,
@@ -721,10 +862,14 @@ def quickstart(
 ) -> None:
     """The demo: prepare the Bible (English -> Spanish), train, evaluate, translate, plot."""
     from aiayn.data.bible import SwordModuleMissing
+    from aiayn.files import check_output
     from aiayn.quickstart import QuickstartConfig, default_device, run_quickstart
+    from aiayn.search import DecodeConfig
 
     _warnings_to_stderr()
     try:
+        check_output(out, "--out", directory=True)
+        DecodeConfig(beam=beam, alpha=alpha)  # refused now, not after the training
         config = QuickstartConfig(
             out=out,
             minutes=minutes,

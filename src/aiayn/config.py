@@ -17,6 +17,9 @@ positional="learned")`.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import types
+import typing
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -82,6 +85,73 @@ def config_from_dict(cls: type, values: dict[str, Any]) -> Any:
 def config_fields(cls: type) -> set[str]:
     """The field names of a config dataclass."""
     return {f.name for f in dataclasses.fields(cls)}
+
+
+@functools.cache
+def _field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _fits(value: Any, kind: Any) -> bool:
+    """Whether `value` is of the annotated type `kind` (lists stand for tuples, as in YAML)."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, arg) for arg in args)
+    if kind is type(None):
+        return value is None
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:  # a bool is an int to Python, not to a recipe
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind is str:
+        return isinstance(value, str)
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return isinstance(value, kind | str)  # the value's spelling is `enum_member`'s to check
+    if origin is tuple:
+        if not isinstance(value, tuple | list):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_fits(v, args[0]) for v in value)
+        return len(value) == len(args) and all(
+            _fits(v, a) for v, a in zip(value, args, strict=True)
+        )
+    return True
+
+
+def _type_words(kind: Any) -> str:
+    """An annotated type as a recipe's author would say it: "an integer or null"."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_words(arg) for arg in args)
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return "one of " + ", ".join(member.value for member in kind)
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"a list of ({_type_words(args[0])})"
+        return f"a list of {len(args)} ({', '.join(_type_words(a) for a in args)})"
+    words = {type(None): "null", bool: "true or false", int: "an integer", float: "a number"}
+    return words.get(kind, "a string" if kind is str else str(kind))
+
+
+def check_field_types(config: Any) -> None:
+    """Refuse a field of a config dataclass whose value is not of its annotated type.
+
+    Run first in `__post_init__`, so that a quoted number in YAML ("0.1") or a bool
+    where an integer belongs (`keep_last: true`) is named, not met later as a
+    TypeError deep inside a comparison.
+
+    Raises:
+        ValueError: naming the class, the field, the type expected and the value.
+    """
+    cls = type(config)
+    kinds = _field_types(cls)
+    for field in dataclasses.fields(cls):
+        name, kind = field.name, kinds[field.name]
+        value = getattr(config, name)
+        if not _fits(value, kind):
+            raise ValueError(f"{cls.__name__}.{name} must be {_type_words(kind)}, got {value!r}")
 
 
 def _positive(name: str, value: int | None) -> None:
@@ -196,6 +266,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         set_field = object.__setattr__  # frozen: derived defaults are filled in once, here
+        check_field_types(self)
         for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len"):
             _positive(name, getattr(self, name))
         for name in ("n_kv_heads", "d_k", "d_v", "n_encoder_layers", "n_decoder_layers"):
@@ -442,6 +513,7 @@ class TrainConfig:
         def fail(name: str, rule: str) -> ValueError:
             return ValueError(f"TrainConfig.{name} must be {rule}, got {getattr(self, name)!r}")
 
+        check_field_types(self)
         for name in ("max_tokens", "accumulation", "warmup", "keep_last", "log_every_steps"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise fail(name, "a positive integer")

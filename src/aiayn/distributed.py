@@ -5,6 +5,20 @@ place through the environment (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, ...).
 Without those variables there is one process, rank 0 of 1, and every collective
 below is a no-op, so the trainer never branches on "distributed or not".
 Backends: gloo on CPU, NCCL on CUDA.
+
+Several machines: one torchrun per machine, `--nnodes N --nproc-per-node P` and a
+c10d rendezvous (`--rdzv-backend c10d --rdzv-endpoint HOST:PORT --rdzv-id ID`); ranks
+are global, and rank 0 alone writes the run directory, which must be one shared folder.
+A process that dies closes its connections, so the others fail in their next collective
+at once; with `--max-restarts` torchrun then restarts every node and the run resumes
+from its latest checkpoint. A peer that stops answering without closing its
+connections (a hung or unreachable machine) is given up on after `COLLECTIVE_TIMEOUT`.
+
+Restarts need `TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1` in torchrun's environment: by
+default the workers of every restart share one c10d store with the rendezvous, keys
+of the failed attempt included, and the restarted processes can wait on each other
+forever (pytorch/pytorch#135712).
+`setup` warns when a run with restarts is launched without it.
 """
 
 from __future__ import annotations
@@ -12,12 +26,18 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 log = logging.getLogger(__name__)
+
+# How long a collective waits for a silent peer; stated here rather than left to the
+# backend's default (gloo's and NCCL's differ), and long enough for rank 0's validation
+# and checkpoint writes, which the other ranks wait out in their next collective.
+COLLECTIVE_TIMEOUT = timedelta(minutes=30)
 
 
 @dataclass(frozen=True)
@@ -69,9 +89,22 @@ def setup(device: torch.device) -> DistEnv:
         backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda":
             torch.cuda.set_device(device)
-        dist.init_process_group(backend=backend, rank=env.rank, world_size=env.world_size)
+        dist.init_process_group(
+            backend=backend, rank=env.rank, world_size=env.world_size, timeout=COLLECTIVE_TIMEOUT
+        )
         log.info("rank %d of %d joined the %s process group", env.rank, env.world_size, backend)
+        if env.is_main and restarts_share_the_rendezvous_store():
+            log.warning(
+                "torchrun --max-restarts with the rendezvous store shared: a restart can "
+                "hang (pytorch/pytorch#135712); launch with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"
+            )
     return env
+
+
+def restarts_share_the_rendezvous_store() -> bool:
+    """Whether torchrun may restart this process while its workers share the c10d store."""
+    shared = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    return shared and os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") not in ("", "0")
 
 
 def teardown() -> None:

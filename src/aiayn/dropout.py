@@ -1,11 +1,10 @@
 """Dropout (section 5.4) with a faster random mask on the CPU.
 
 On the CPU `torch.nn.functional.dropout` draws its mask with `bernoulli_`, one
-double-precision uniform per element: about 6 ns each on the 2-core Xeon of the
-benchmarks, so the 17 dropouts of a small Transformer's forward pass cost 8% of a
-training step. Here every 64-bit word of the generator yields three 16-bit
-uniforms and an element is kept when its uniform is at least the threshold: 3x
-faster (32 x 30 x 256 elements: 0.63 ms against 1.85 ms).
+double-precision uniform per element. Here every 64-bit word of the generator
+yields three 16-bit uniforms and an element is kept when its uniform is at least
+the threshold (the speed against `F.dropout`: benchmarks/bench_kernels.py,
+results/kernels.json).
 
 The drop probability becomes round(p * 65536) / 65536 (0.1 -> 0.100006) and
 kept elements are scaled by the inverse of the exact keep probability, so the

@@ -78,11 +78,13 @@ def paper_tokenize(text: str) -> str:
 
 
 def tokenized_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
-    """The paper-style tokenized BLEU, 0-100 (see the module docstring)."""
+    """The paper-style tokenized BLEU, 0-100 (see the module docstring), unsmoothed as
+    multi-bleu.perl is: 0 when some n-gram order (n <= 4) has no match in the corpus."""
     _check(hypotheses, references)
     hyps = [paper_tokenize(h) for h in hypotheses]
     refs = [paper_tokenize(r) for r in references]
-    return BLEU(tokenize="none", force=True).corpus_score(hyps, [refs]).score
+    # multi-bleu.perl does not smooth: a zero n-gram precision gives 0
+    return BLEU(tokenize="none", force=True, smooth_method="none").corpus_score(hyps, [refs]).score
 
 
 def score(hypotheses: Sequence[str], references: Sequence[str]) -> Scores:

@@ -3,7 +3,10 @@
 Every file aiayn writes goes through `write_file_atomic` (`write_atomic` for text
 or bytes in memory) or, for a directory, `write_dir_atomic`: a temporary sibling is
 written, fsynced and renamed over the target, so a crash or a full disk never
-leaves a half-written file where a whole one was.
+leaves a half-written file where a whole one was. A write the system refuses (disk
+full, permission denied, read-only) raises `WriteFailed`, one line naming the target;
+`remove_temporaries` cleans up after a writer that was killed. `exclusive_lock` keeps
+a second process out (one trainer per run directory).
 
 Every text file aiayn reads line by line goes through `read_lines` (`decode_lines`
 for a stream such as stdin).
@@ -11,13 +14,95 @@ for a stream such as stdin).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import logging
 import os
+import re
+import secrets
 import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+log = logging.getLogger(__name__)
+
 # ----- writing ----------------------------------------------------------------------
+#   A temporary is named after its target: ".NAME.RANDOM.tmp" beside NAME, and an old
+#   directory being replaced is moved aside as ".NAME.PID.old" until the new one is in
+#   place. `remove_temporaries` knows these names; nothing else should.
+
+_TMP_SUFFIX = ".tmp"
+_OLD_SUFFIX = ".old"
+
+
+class WriteFailed(OSError):
+    """An atomic write that the system refused (disk full, permission denied, read-only
+    file system). `filename` is the file or directory that was being written; whatever
+    was there before is intact."""
+
+    def __str__(self) -> str:
+        return f"cannot write {self.filename}: {self.strerror}"
+
+
+def system_error(err: BaseException) -> OSError | None:
+    """The OS error behind a writer's failure, or None if it was not one.
+
+    Writers in other libraries report a full disk in their own ways: the OSError
+    itself, a RuntimeError raised while handling one (torch.save to an open file), or
+    only in the message (safetensors: "... (os error 28)").
+    """
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno is not None:
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    found = re.search(r"\(os error (\d+)\)", str(err))
+    if found:
+        number = int(found.group(1))
+        return OSError(number, os.strerror(number))
+    return None
+
+
+def _refused(err: BaseException, target: Path) -> WriteFailed | None:
+    """`err` as a `WriteFailed` naming `target`, if the system refused the write."""
+    if isinstance(err, WriteFailed) or not isinstance(err, Exception):
+        return None
+    cause = system_error(err)
+    return None if cause is None else WriteFailed(cause.errno, cause.strerror, str(target))
+
+
+def _temporary_beside(target: Path, directory: bool) -> Path:
+    """Create an empty temporary file or directory beside `target` (`tempfile` would
+    make it private; this one gets the user's umask)."""
+    while True:
+        tmp = target.parent / f".{target.name}.{secrets.token_hex(4)}{_TMP_SUFFIX}"
+        try:
+            if directory:
+                tmp.mkdir()
+            else:
+                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return tmp
+        except FileExistsError:
+            continue
+
+
+def _umask() -> int:
+    """The process's umask; read from /proc where it can be, not set and reset."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _usual_modes(paths: Iterable[Path]) -> None:
+    """Give `paths` the modes `open` and `mkdir` give under the umask: some writers
+    (safetensors) create their files private (0o600)."""
+    umask = _umask()
+    for path in paths:
+        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
 
 
 def fsync_dir(directory: str | Path) -> None:
@@ -34,19 +119,13 @@ def _fsync_file(path: Path) -> None:
         os.fsync(file.fileno())
 
 
-def _usual_mode(directory: bool = False) -> int:
-    """The mode `open` (or `mkdir`) would give under the current umask."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return (0o777 if directory else 0o666) & ~umask
-
-
 def write_file_atomic(path: str | Path, write: Callable[[Path], None]) -> Path:
     """Let `write(tmp)` fill a temporary file beside `path`; fsync it, rename it to `path`.
 
     For writers that want a file name rather than bytes (safetensors, matplotlib,
     torch.save). A failure anywhere, `write` included, leaves an earlier file at
-    `path` as it was and no temporary file behind.
+    `path` as it was and no temporary file behind. The file gets the mode the user's
+    umask gives.
 
     Args:
         path: the file to (re)place; its directory is created if missing.
@@ -55,21 +134,28 @@ def write_file_atomic(path: str | Path, write: Callable[[Path], None]) -> Path:
 
     Returns:
         `path`.
+
+    Raises:
+        WriteFailed: (an OSError) the system refused a write (disk full, permission
+            denied, read-only file system); it names `path`.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(handle)
-    tmp = Path(name)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _temporary_beside(path, directory=False)
         write(tmp)
+        _usual_modes([tmp])
         _fsync_file(tmp)
-        os.chmod(tmp, _usual_mode())  # mkstemp makes it private
         os.replace(tmp, path)
         fsync_dir(path.parent)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    except BaseException as err:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+        refused = _refused(err, path)
+        if refused is None:
+            raise
+        raise refused from err
     return path
 
 
@@ -83,36 +169,129 @@ def write_dir_atomic(target: str | Path, fill: Callable[[Path], None]) -> Path:
     """Let `fill(tmp)` fill a temporary sibling directory of `target`; fsync it, rename it.
 
     An existing `target` is replaced: moved aside first, deleted after the rename.
-    A failure in `fill` or in the fsyncs leaves `target` as it was.
+    A failure in `fill` or in the fsyncs leaves `target` as it was; a crash leaves at
+    most a temporary that `remove_temporaries` cleans up. The directory gets the mode
+    the user's umask gives.
 
     Returns:
         `target`.
+
+    Raises:
+        WriteFailed: (an OSError) the system refused a write; it names `target`.
     """
     target = Path(target)
     parent = target.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=parent, prefix=f".{target.name}.", suffix=".tmp"))
+    tmp = None
     try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = _temporary_beside(target, directory=True)
         fill(tmp)
-        for path in sorted(tmp.rglob("*"), reverse=True):  # files before their directories
+        written = sorted(tmp.rglob("*"), reverse=True)  # files before their directories
+        _usual_modes(written)
+        for path in written:
             if path.is_dir():
                 fsync_dir(path)
             else:
                 _fsync_file(path)
         fsync_dir(tmp)
-        os.chmod(tmp, _usual_mode(directory=True))  # mkdtemp makes it private
         old = None
         if target.exists():
-            old = parent / f".{target.name}.{os.getpid()}.old"
+            old = parent / f".{target.name}.{os.getpid()}{_OLD_SUFFIX}"
             os.replace(target, old)
         os.replace(tmp, target)
         fsync_dir(parent)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    except BaseException as err:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        refused = _refused(err, target)
+        if refused is None:
+            raise
+        raise refused from err
     return target
+
+
+def remove_temporaries(directory: str | Path, names: Iterable[str]) -> list[Path]:
+    """Clean up after writers that were killed: `write_file_atomic` / `write_dir_atomic`
+    temporaries of the targets `names` (glob patterns: "step-*", "config.yaml") in
+    `directory` are deleted; a directory moved aside while being replaced comes back
+    when its replacement never arrived.
+
+    Call it only while no other process writes these targets (under the run's lock).
+
+    Returns:
+        The temporaries deleted.
+    """
+    directory = Path(directory)
+    removed = []
+    for pattern in names:
+        for old in directory.glob(f".{pattern}.*{_OLD_SUFFIX}"):
+            target = directory / old.name[1:].rsplit(".", 2)[0]
+            if not target.exists():
+                os.replace(old, target)
+                log.warning("restored %s, which a killed write had moved aside", target)
+        leftovers = [
+            *directory.glob(f".{pattern}.*{_TMP_SUFFIX}"),
+            *directory.glob(f".{pattern}.*{_OLD_SUFFIX}"),
+        ]
+        for leftover in leftovers:
+            if leftover.is_dir() and not leftover.is_symlink():
+                shutil.rmtree(leftover)
+            else:
+                leftover.unlink()
+            removed.append(leftover)
+    return removed
+
+
+# ----- one process at a time ----------------------------------------------------------
+
+
+class LockHeld(RuntimeError):
+    """Another process holds the lock.
+
+    Attributes:
+        path: the lock file.
+        holder: the process id written in it, or None if unknown.
+    """
+
+    def __init__(self, path: Path, holder: int | None) -> None:
+        super().__init__(f"{path} is locked by process {holder or '(unknown)'}")
+        self.path, self.holder = path, holder
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: str | Path) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (created if missing) while inside.
+
+    An advisory `fcntl.flock` lock: the system releases it when the process ends,
+    however it ends, so a killed holder never leaves a run locked. This process's id
+    is written in the file for the message of the next would-be holder. The file
+    stays (deleting it would race with a process that has just opened it).
+
+    Raises:
+        LockHeld: another process (or another open in this one) holds it.
+        WriteFailed: (an OSError) the file cannot be created or written; it names it.
+    """
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as err:
+        raise WriteFailed(err.errno, err.strerror, str(path)) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            raise LockHeld(path, int(text) if text.isdigit() else None) from None
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        except OSError as err:
+            raise WriteFailed(err.errno, err.strerror, str(path)) from None
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def lines_text(lines: Iterable[str]) -> str:
@@ -156,12 +335,61 @@ def decode_lines(stream: Iterable[bytes], name: str) -> Iterator[str]:
 def read_lines(path: str | Path) -> list[str]:
     """All lines of a UTF-8 text file, without their line ends; see `decode_lines`.
 
+    Any file that is not a directory will do, pipes included (a FIFO, the /dev/fd/N
+    of a shell's `<(...)`): it is read once, from start to end.
+
     Raises:
         FileNotFoundError: if the file is missing.
+        IsADirectoryError: if it is a directory.
         TextEncodingError: (a ValueError) on invalid UTF-8, naming file, line and byte.
     """
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"input file not found: {path}")
+    if path.is_dir():
+        raise IsADirectoryError(f"input {path} is a directory; give a file")
     with path.open("rb") as stream:
         return list(decode_lines(stream, str(path)))
+
+
+# ----- checking outputs before the work ----------------------------------------------
+
+
+def check_output(path: str | Path, option: str, directory: bool = False) -> Path:
+    """Refuse, before any work, an output path that could not be written.
+
+    A file output must not be a directory, nor an existing file that is read-only; a
+    directory output must not be an existing file. Either must be writable where it
+    is, or, if it does not exist yet, creatable in its nearest existing ancestor.
+
+    Args:
+        path: the output file or directory.
+        option: how the user named it ("-o", "--out"), for the message.
+        directory: whether `path` is a directory to create or fill.
+
+    Returns:
+        `path`.
+
+    Raises:
+        ValueError: naming `option`, `path` and what is wrong with it.
+    """
+    path = Path(path)
+    where = f"{option} {path}"
+    if path.is_dir() and not directory:
+        raise ValueError(f"{where} is a directory; name a file to write")
+    if path.exists() and not path.is_dir() and directory:
+        raise ValueError(f"{where} is an existing file; name a directory to write")
+    if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"{where}: cannot write in it (read-only or permission denied)")
+    if path.exists() and not directory and not os.access(path, os.W_OK):
+        raise ValueError(f"{where}: the existing file is read-only")
+    if path.is_dir():
+        return path
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ValueError(f"{where}: {ancestor} is a file, not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ValueError(f"{where}: cannot write in {ancestor} (read-only or permission denied)")
+    return path

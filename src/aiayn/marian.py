@@ -326,6 +326,10 @@ class MarianTokenizer:
         return self._piece_of_id[token_id]
 
 
+DEFAULT_NEW_TOKENS = 20
+"""What `transformers` 5 generates, at most, for a model that sets no max_length."""
+
+
 @dataclass(frozen=True)
 class MarianGeneration:
     """Search settings a Marian directory asks for (generation_config.json / config.json).
@@ -430,7 +434,8 @@ def marian_generation(directory: str | Path) -> MarianGeneration:
         )
     return MarianGeneration(
         beam=values.get("num_beams") or 1,
-        max_length=values.get("max_length") or 20,  # transformers' default
+        # transformers 5 without a max_length: 20 new tokens after the decoder start
+        max_length=values.get("max_length") or DEFAULT_NEW_TOKENS + 1,
         length_penalty=length_penalty,
         bad_word_ids=tuple(sorted(bad)),
         early_stopping=_early_stopping(values.get("early_stopping")),

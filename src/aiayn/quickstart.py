@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from pathlib import Path
 import torch
 
 from aiayn.checkpoint import average_last, resolve_weights, step_checkpoints
+from aiayn.configs import find_recipe, recipes_dir
 from aiayn.data.corpus import CORPUS_FILE, PreparedCorpus
 from aiayn.data.prepare import BIBLE_VOCAB_SIZE, PrepareConfig, prepare_bible
 from aiayn.data.tokenizer import TOKENIZER_FILE
@@ -40,11 +42,6 @@ log = logging.getLogger(__name__)
 RESULTS_FILE = "results.json"
 CPU_RECIPE = "bible-en-es-cpu.yaml"
 GPU_RECIPE = "bible-en-es-gpu.yaml"
-
-
-def recipes_dir() -> Path:
-    """The repository's `configs/` folder (this package is used from its checkout)."""
-    return Path(__file__).resolve().parents[2] / "configs"
 
 
 def default_recipe(device: str) -> Path:
@@ -65,7 +62,8 @@ class QuickstartConfig:
         out: the directory everything is written to.
         minutes: total training time of the run (cumulative over calls).
         device: "cpu" or "cuda" (or "cuda:N").
-        recipe: the training recipe; by default `configs/bible-en-es-{cpu,gpu}.yaml`.
+        recipe: the training recipe; by default the packaged
+            `aiayn/configs/bible-en-es-{cpu,gpu}.yaml`.
         overrides: extra `section.key=value` settings for the recipe.
         vocab_size: the shared subword vocabulary of the prepared corpus.
         average_last: average this many of the last checkpoints (1 = no averaging);
@@ -156,10 +154,10 @@ def run_quickstart(
         ValueError: the recipe or an override is invalid.
     """
     out = config.out
-    out.mkdir(parents=True, exist_ok=True)
-    recipe = config.recipe or default_recipe(config.device)
+    recipe = find_recipe(config.recipe) if config.recipe else default_recipe(config.device)
     if not Path(recipe).is_file():
         raise FileNotFoundError(f"training recipe not found: {recipe}")
+    out.mkdir(parents=True, exist_ok=True)
 
     corpus = prepared_bible(out / "data", config.vocab_size, echo)
 
@@ -243,8 +241,27 @@ def run_quickstart(
     echo(f'  echo "In the beginning was the Word." | aiayn translate {run_dir}')
     echo(f"  aiayn translate {run_dir} -i english.txt -o spanish.txt")
     echo(f'  aiayn attention {run_dir} "God is love." --out attention/')
-    echo(f"  aiayn quickstart --out {out} --minutes {2 * config.minutes:g}   # train longer")
+    echo(f"  {train_longer_command(config)}   # train longer")
     return results
+
+
+def train_longer_command(config: QuickstartConfig) -> str:
+    """The `aiayn quickstart` line that resumes this run with twice the time budget.
+
+    It repeats every option that changes the run (recipe, overrides, vocabulary, a
+    device other than the default): without them the same OUT holds a different run.
+    """
+    args = ["aiayn", "quickstart", "--out", str(config.out)]
+    args += ["--minutes", f"{2 * config.minutes:g}"]
+    if config.device != default_device():
+        args += ["--device", config.device]
+    if config.recipe is not None:
+        args += ["--recipe", str(config.recipe)]
+    for override in config.overrides:
+        args += ["--set", override]
+    if config.vocab_size != BIBLE_VOCAB_SIZE:
+        args += ["--vocab-size", str(config.vocab_size)]
+    return shlex.join(args)
 
 
 def _device_name(device: str) -> str:

@@ -173,20 +173,51 @@ def _sections(values: Any, where: str) -> dict[str, dict[str, Any]]:
     return sections
 
 
+class DuplicateKeyError(ValueError):
+    """A YAML mapping that gives one key twice (PyYAML would keep the last silently)."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise DuplicateKeyError(
+                    f"{line}: key {key!r} is given twice (first on line {seen[key]}); keep one"
+                )
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
     """Read a YAML recipe and apply `key=value` overrides (see `recipe_from_dict`).
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: invalid YAML, unknown keys (named) or bad values.
+        ValueError: invalid UTF-8 or YAML, a key given twice, unknown keys (named) or
+            bad values; each names the file (and the line where known).
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"recipe not found: {path}")
+    raw = path.read_bytes()
     try:
-        values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise ValueError(
+            f"{path}:{line}: invalid UTF-8 ({err.reason}); a recipe must be UTF-8 text"
+        ) from None
+    try:
+        values = yaml.load(text, Loader=_UniqueKeyLoader) or {}
     except yaml.YAMLError as err:
         raise ValueError(f"{path}: not valid YAML: {err}") from None
+    except DuplicateKeyError as err:
+        raise ValueError(f"{path}:{err}") from None
     return recipe_from_dict(values, overrides, base_dir=path.parent.resolve(), where=str(path))
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -42,7 +43,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from aiayn.config import ModelConfig, enum_member
+from aiayn.config import ModelConfig, check_field_types, enum_member
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +189,7 @@ class TokenRules:
     free_forced_eos: bool = False
 
 
-def _next_log_probs(
+def next_log_probs(
     cfg: ModelConfig,
     decoding: Decoding,
     last: Tensor,
@@ -279,7 +280,7 @@ def _one_path_search(
 
     for t in range(1, longest + 1):
         at_limit = max_out == t if t in limits else None
-        log_probs = _next_log_probs(cfg, decoding, tokens[:, t - 1], rules, at_limit)
+        log_probs = next_log_probs(cfg, decoding, tokens[:, t - 1], rules, at_limit)
         chosen = pick(log_probs)  # (N,)
         tokens[:, t] = chosen
         log_prob = log_prob + log_probs.gather(1, chosen[:, None]).squeeze(1)
@@ -311,6 +312,26 @@ def _strip(tokens: Tensor, eos_id: int, pad_id: int) -> list[list[int]]:
     return out
 
 
+def greedy_pick(log_probs: Tensor) -> Tensor:
+    """The most probable id of each row of (N, V) scores: (N,)."""
+    # max(dim) returns the first maximum, as argmax does, at a third of its cost on
+    # the CPU (32 x 8000: 72 vs 193 us; its reduction is vectorised, argmax's not).
+    return log_probs.max(dim=-1).indices
+
+
+def sampling_picker(
+    temperature: float, top_k: int | None, top_p: float | None, generator: torch.Generator
+) -> Picker:
+    """A `Picker` drawing each row's id from its filtered distribution (see `sample`)."""
+    check_sampling(temperature, top_k, top_p)
+
+    def pick(log_probs: Tensor) -> Tensor:
+        probs = filter_logits(log_probs, temperature, top_k, top_p).softmax(dim=-1)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+
+    return pick
+
+
 def greedy_search(
     model: Decodable,
     src: Tensor,
@@ -336,9 +357,7 @@ def greedy_search(
         model,
         src,
         extra_len,
-        # max(dim) returns the first maximum, as argmax does, at a third of its cost on
-        # the CPU (32 x 8000: 72 vs 193 us; its reduction is vectorised, argmax's not).
-        lambda log_probs: log_probs.max(dim=-1).indices,
+        greedy_pick,
         max_output_len,
         rules or TokenRules(),
     )
@@ -346,8 +365,8 @@ def greedy_search(
 
 def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
     """Raise a ValueError naming the first sampling option out of range."""
-    if temperature <= 0:
-        raise ValueError(f"temperature must be positive, got {temperature}")
+    if not (math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"temperature must be a positive finite number, got {temperature}")
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
     if top_p is not None and not 0.0 < top_p <= 1.0:
@@ -401,13 +420,8 @@ def sample(
         top_p: sample among the most probable tokens holding this much mass.
         seed: seeds a generator of its own (the global RNG is left alone).
     """
-    check_sampling(temperature, top_k, top_p)
     generator = torch.Generator(device=src.device).manual_seed(seed)
-
-    def pick(log_probs: Tensor) -> Tensor:
-        probs = filter_logits(log_probs, temperature, top_k, top_p).softmax(dim=-1)
-        return torch.multinomial(probs, 1, generator=generator).squeeze(1)
-
+    pick = sampling_picker(temperature, top_k, top_p, generator)
     return _one_path_search(model, src, extra_len, pick, max_output_len, rules or TokenRules())
 
 
@@ -428,8 +442,7 @@ def top_candidates(scores: Tensor, n: int) -> tuple[Tensor, Tensor]:
     the highest maxima: a chunk whose maximum ranks below n such maxima holds
     nothing better than n other candidates. So the rows' chunk maxima (a
     vectorised reduction) pick n chunks each, and topk runs over their candidates
-    only. Beam 4 over 8,000 tokens, 32 sentences (32 rows of 32,000 candidates):
-    topk 0.7-0.9 ms, this way 0.2-0.4 ms (2-core Xeon). Values and indices equal
+    only (its speed against topk: benchmarks/bench_kernels.py). Values and indices equal
     topk's where scores are distinct.
     """
     rows, width = scores.shape
@@ -529,7 +542,7 @@ def beam_search(
         n_live = scores.size(0)
         last = tokens[:, :, t - 1].reshape(n_live * k)
         at_limit = (max_out == t).repeat_interleave(k) if t in limits else None
-        log_probs = _next_log_probs(cfg, decoding, last, rules, at_limit)
+        log_probs = next_log_probs(cfg, decoding, last, rules, at_limit)
         # In place: log_probs is this step's own tensor (and the largest of a step).
         candidates = log_probs.view(n_live, k, vocab).add_(scores[:, :, None]).view(n_live, -1)
         top_scores, top_index = top_candidates(candidates, 2 * k)  # (N, 2K), best first
@@ -699,10 +712,11 @@ class DecodeConfig:
     free_forced_eos: bool = False
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         if self.beam < 1:
             raise ValueError(f"DecodeConfig.beam must be >= 1, got {self.beam}")
-        if self.alpha < 0:
-            raise ValueError(f"DecodeConfig.alpha must be >= 0, got {self.alpha}")
+        if not (math.isfinite(self.alpha) and self.alpha >= 0):  # nan would rank nothing
+            raise ValueError(f"DecodeConfig.alpha must be a finite number >= 0, got {self.alpha}")
         if not 1 <= self.nbest <= (1 if self.sampling else self.beam):
             raise ValueError(
                 f"DecodeConfig.nbest must lie in [1, beam={self.beam}] (1 when sampling), "

@@ -142,5 +142,6 @@ class StopSignals:
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.received is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt
-        self.received = signum
+        if self.received is None:
+            self.received = signum
         log.warning("%s received: saving a checkpoint, then stopping", signal.Signals(signum).name)

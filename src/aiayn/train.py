@@ -24,7 +24,10 @@ A run directory holds (see also `aiayn.checkpoint`):
     RUN/metrics.jsonl    one JSON object per log line: {"kind": "train" | "valid" | ...}
     RUN/tb/              TensorBoard events (when tensorboard is installed)
     RUN/train.log        the library's log lines
+    RUN/.lock            held by the one trainer of the run (`claim_run`)
 
+A start checks everything before it writes anything, takes the run's lock (a second
+trainer is refused), and removes what a killed checkpoint write left behind.
 Running again with the same run directory resumes exactly: weights, optimizer,
 schedule, data position and every RNG state come back from the checkpoint, so on
 CPU the parameters after update n are bit-identical to an uninterrupted run.
@@ -42,9 +45,10 @@ import logging
 import math
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 import yaml
@@ -53,6 +57,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 from aiayn import distributed
 from aiayn.checkpoint import (
+    BEST_DIR,
+    LOCK_FILE,
+    STEP_PREFIX,
     TOKENIZER_FILE,
     latest_checkpoint,
     load_trainer_state,
@@ -61,7 +68,14 @@ from aiayn.checkpoint import (
     save_checkpoint,
 )
 from aiayn.config import TrainConfig
-from aiayn.files import write_atomic
+from aiayn.files import (
+    LockHeld,
+    check_output,
+    exclusive_lock,
+    remove_temporaries,
+    write_atomic,
+    write_file_atomic,
+)
 from aiayn.metrics import MetricsLog, ProgressBar, Window, log_to_file, train_line, valid_line
 from aiayn.models import build_model
 from aiayn.optim import build_optimizer, build_scheduler
@@ -77,6 +91,7 @@ from aiayn.train_state import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -94,6 +109,7 @@ class TrainResult:
             token, without label smoothing), or None if never validated.
         last_valid_bleu: the latest validation BLEU (the translation task's greedy
             search on the validation subset), or None.
+        signal_number: the signal that stopped it (SIGINT, SIGTERM), or None.
     """
 
     run_dir: Path
@@ -103,6 +119,7 @@ class TrainResult:
     stopped: str
     last_valid_loss: float | None
     last_valid_bleu: float | None
+    signal_number: int | None = None
 
 
 class Trainer:
@@ -153,19 +170,26 @@ class Trainer:
 
     def fit(self) -> TrainResult:
         """Train until a limit, a signal or repeated non-finite losses; return how it ended."""
-        self.resume()
-        start_step = self.state.step
-        if start_step == 0:  # dropout draws; a resumed run restores its RNG states instead
-            torch.manual_seed(self.config.seed + self.env.rank)
-        network = _training_network(self.model, self.device, self.config.compile)
-        self._metrics = MetricsLog(self.run_dir, start_step, enabled=self.env.is_main)
-        bar = ProgressBar(self.config.max_steps, start_step, enabled=self.progress)
-        policy = StopPolicy(self.config, start_step, self.device)
-        with StopSignals() as signals, log_to_file(self.run_dir, self.env.is_main), self._metrics:
-            stopped = self._train(network, policy, signals, bar)
-            bar.close()
-            self._finish(stopped, start_step)
-        return self.result(stopped)
+        with log_to_file(self.run_dir, self.env.is_main):
+            log.info(
+                "training %s parameters at %s on %s",
+                f"{self.model.num_parameters():,}",
+                self.task.name,
+                self.device,
+            )
+            self.resume()
+            start_step = self.state.step
+            if start_step == 0:  # dropout draws; a resumed run restores its RNG states instead
+                torch.manual_seed(self.config.seed + self.env.rank)
+            network = _training_network(self.model, self.device, self.config.compile)
+            self._metrics = MetricsLog(self.run_dir, start_step, enabled=self.env.is_main)
+            bar = ProgressBar(self.config.max_steps, start_step, enabled=self.progress)
+            policy = StopPolicy(self.config, start_step, self.device)
+            with StopSignals() as signals, self._metrics:
+                stopped = self._train(network, policy, signals, bar)
+                bar.close()
+                self._finish(stopped, start_step)
+        return self.result(stopped, signals.received)
 
     def _train(
         self, network: nn.Module, policy: StopPolicy, signals: StopSignals, bar: ProgressBar
@@ -293,8 +317,18 @@ class Trainer:
 
         Returns:
             The metrics (None on other ranks or without validation data).
+
+        Raises:
+            aiayn.files.WriteFailed: the disk is full (writing `best`); on every rank.
         """
-        if not self.env.is_main or self.valid_data is None:
+        metrics = on_main_rank(self.env, self.device, self._validate, "could not validate")
+        # On every rank, not only where `record_validation` ran: `_finish` decides by it
+        # whether to validate (a collective) once more, and all ranks must decide alike.
+        self.state.last_valid_step = self.state.step
+        return metrics
+
+    def _validate(self) -> dict[str, float] | None:
+        if self.valid_data is None:
             return None
         metrics = evaluate_task(self.task, self.model, self.valid_data, self.device, self._autocast)
         step = self.state.step
@@ -307,17 +341,21 @@ class Trainer:
     # ----- checkpoints ----------------------------------------------------------------
 
     def save(self) -> Path | None:
-        """Write a step checkpoint (rank 0; every rank contributes its RNG state)."""
+        """Write a step checkpoint (rank 0; every rank contributes its RNG state).
+
+        Raises:
+            aiayn.files.WriteFailed: the disk is full or not writable; on every rank.
+        """
         rng = distributed.all_gather_object(rng_state())
-        if not self.env.is_main:
-            return None
         parts = (self.optimizer, self.scheduler, self.scaler)
-        trainer_state = trainer_state_dict(
-            self.state, *parts, rng, self.env.world_size, self.config
-        )
-        return save_checkpoint(
-            self.run_dir, self.state.step, self.model, trainer_state, self.config.keep_last
-        )
+
+        def write() -> Path:
+            state = trainer_state_dict(self.state, *parts, rng, self.env.world_size, self.config)
+            return save_checkpoint(
+                self.run_dir, self.state.step, self.model, state, self.config.keep_last
+            )
+
+        return on_main_rank(self.env, self.device, write, "could not write a checkpoint")
 
     def resume(self) -> bool:
         """Load the latest checkpoint of `run_dir`, if there is one; return whether it did."""
@@ -340,7 +378,7 @@ class Trainer:
         """Passes over the training data so far (fractional)."""
         return self.state.epoch + self.state.position / len(self.train_data)
 
-    def result(self, stopped: str) -> TrainResult:
+    def result(self, stopped: str, signal_number: int | None = None) -> TrainResult:
         """The `TrainResult` of the current state."""
         return TrainResult(
             run_dir=self.run_dir,
@@ -350,6 +388,7 @@ class Trainer:
             stopped=stopped,
             last_valid_loss=self.state.last_valid_loss,
             last_valid_bleu=self.state.last_valid_bleu,
+            signal_number=signal_number,
         )
 
     def _autocast(self) -> contextlib.AbstractContextManager:
@@ -363,6 +402,31 @@ class Trainer:
         }
         log.info("%s", train_line(self.state.step, metrics))
         self._metrics.write("train", self.state.step, metrics)
+
+
+def on_main_rank(
+    env: distributed.DistEnv, device: torch.device, work: Callable[[], T], failure: str
+) -> T | None:
+    """`work()` on global rank 0 alone (None elsewhere). When it fails there with an
+    OSError or a ValueError (a full disk, a held lock), every rank raises, rather than
+    the others waiting for rank 0 at their next collective until a timeout.
+
+    Args:
+        failure: what the other ranks say happened ("could not write a checkpoint").
+    """
+    error: Exception | None = None
+    result = None
+    if env.is_main:
+        try:
+            result = work()
+        except (OSError, ValueError) as err:
+            error = err
+    (failed,) = distributed.all_reduce([float(error is not None)], device, op="max")
+    if error is not None:
+        raise error
+    if failed:
+        raise ValueError(f"rank 0 {failure}; see its error")
+    return result
 
 
 def _training_network(model: nn.Module, device: torch.device, compile: bool) -> nn.Module:
@@ -406,8 +470,13 @@ def train_from_recipe(
 
     Calling it again with the same `run_dir` resumes from the latest checkpoint; the
     recipe may then differ only in its limits (`train.max_steps`, `max_epochs`,
-    `max_minutes`, the last counting cumulative training time). Under torchrun every
-    process calls it with the same arguments.
+    `max_minutes`, the last counting cumulative training time). A run directory
+    without a checkpoint starts afresh with whatever recipe it is given. Under
+    torchrun every process calls it with the same arguments.
+
+    Everything is checked (recipe, device, precision, data, an existing run) before
+    anything is written, so a failed start leaves `run_dir` as it was. Then the run is
+    claimed (see `claim_run`): one trainer at a time.
 
     Args:
         recipe: a YAML file or a `Recipe`.
@@ -421,7 +490,10 @@ def train_from_recipe(
 
     Raises:
         FileNotFoundError: the recipe or the corpus is missing.
-        ValueError: a bad recipe, or a run directory of a different recipe.
+        ValueError: a bad recipe, a run directory of a different recipe, or one
+            that another trainer holds.
+        aiayn.files.WriteFailed: (an OSError) the disk is full or not writable; the
+            message names the path, and the run resumes once it can be written.
     """
     if isinstance(recipe, Recipe):
         recipe = recipe_from_dict(recipe.to_dict(), overrides) if overrides else recipe
@@ -431,39 +503,99 @@ def train_from_recipe(
 
     device_ = resolve_device(device, distributed.from_environment())
     run_dir = Path(run_dir)
+    check_output(run_dir, "run directory", directory=True)
     corpus = PreparedCorpus.load(recipe.corpus)
     tokenizer = corpus.tokenizer()
     cfg = recipe.model_config(
         tokenizer.vocab_size, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id
     )
     resolved = recipe.resolved(cfg)
-    check_same_run(run_dir, resolved)
-    copied = run_dir / TOKENIZER_FILE
-    if copied.is_file() and copied.read_bytes() != corpus.tokenizer_path.read_bytes():
-        raise ValueError(
-            f"{copied} differs from {corpus.tokenizer_path}: the corpus was prepared again"
-        )
+    check_resumable(run_dir, resolved, corpus.tokenizer_path)
 
     joined = not distributed.active()
     env = distributed.setup(device_)
     try:
-        if env.is_main:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            write_atomic(run_dir / CONFIG_FILE, yaml.safe_dump(resolved, sort_keys=False))
-            if not copied.is_file():
-                shutil.copyfile(corpus.tokenizer_path, copied)
         task = build_task(recipe.task, cfg)
         data = task.build_data(corpus, tokenizer, recipe.train, env)
         torch.manual_seed(recipe.train.seed)
         model = build_model(cfg)  # the class named by cfg.architecture (aiayn.models)
-        log.info(
-            "training %s parameters at %s on %s", f"{model.num_parameters():,}", task.name, device_
-        )
         trainer = Trainer(
             model, task, recipe.train, data.train, run_dir, data.valid,
             device=device_, progress=progress,
         )  # fmt: skip
-        return trainer.fit()
+        with claim_run(run_dir, resolved, corpus.tokenizer_path, env, device_):
+            return trainer.fit()
     finally:
         if joined:
             distributed.teardown()
+
+
+def check_resumable(run_dir: Path, resolved: dict, tokenizer_path: Path) -> None:
+    """Refuse to resume a run that has a checkpoint from another recipe or subword model.
+
+    A run directory without a checkpoint holds nothing to resume (a start that failed,
+    or was killed before its first checkpoint) and accepts any recipe.
+
+    Raises:
+        ValueError: naming what differs.
+    """
+    if latest_checkpoint(run_dir) is None:
+        return
+    check_same_run(run_dir, resolved)
+    copied = run_dir / TOKENIZER_FILE
+    if copied.is_file() and copied.read_bytes() != tokenizer_path.read_bytes():
+        raise ValueError(
+            f"{copied} differs from {tokenizer_path}: the corpus was prepared again; "
+            "use another --run directory"
+        )
+
+
+# What the trainer writes atomically, by directory: a kill leaves temporaries of these.
+RUN_WRITES = {".": (CONFIG_FILE, TOKENIZER_FILE), "checkpoints": (f"{STEP_PREFIX}*", BEST_DIR)}
+
+
+@contextlib.contextmanager
+def claim_run(
+    run_dir: Path,
+    resolved: dict,
+    tokenizer_path: Path,
+    env: distributed.DistEnv,
+    device: torch.device,
+) -> Iterator[None]:
+    """Hold the run for the training inside: on global rank 0, lock RUN/.lock, remove
+    what writes killed by an earlier crash left behind, and write config.yaml and
+    spm.model (atomically). Other ranks wait for rank 0 and fail with it.
+
+    Raises:
+        ValueError: another trainer holds the run (its process id named), or the run
+            changed (another recipe) since `check_resumable` looked.
+        aiayn.files.WriteFailed: (an OSError) the disk is full or not writable.
+    """
+    with contextlib.ExitStack() as held:
+        on_main_rank(
+            env,
+            device,
+            lambda: _start_run(held, run_dir, resolved, tokenizer_path),
+            f"could not start the run {run_dir}",
+        )
+        yield
+
+
+def _start_run(held: contextlib.ExitStack, run_dir: Path, resolved: dict, spm: Path) -> None:
+    """Rank 0's part of `claim_run`; the lock is held until `held` closes."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        held.enter_context(exclusive_lock(run_dir / LOCK_FILE))
+    except LockHeld as err:
+        raise ValueError(
+            f"run {run_dir} is in use by another trainer (process {err.holder or 'unknown'}); "
+            "wait for it to end or stop it, or give another --run directory"
+        ) from None
+    check_resumable(run_dir, resolved, spm)  # again: the run may have changed meanwhile
+    for folder, names in RUN_WRITES.items():
+        for leftover in remove_temporaries(run_dir / folder, names):
+            log.warning("removed %s, left by a write that was killed", leftover)
+    write_atomic(run_dir / CONFIG_FILE, yaml.safe_dump(resolved, sort_keys=False))
+    copied = run_dir / TOKENIZER_FILE
+    if not copied.is_file() or copied.read_bytes() != spm.read_bytes():
+        write_file_atomic(copied, lambda tmp: shutil.copyfile(spm, tmp))

@@ -126,7 +126,13 @@ class Translator:
         tokenizer: str | Path | None = None,
         dtype: torch.dtype | None = None,
     ) -> Translator:
-        """Load a run directory (its best available checkpoint) or a weights file.
+        """Load a run directory, a checkpoint directory or a weights file.
+
+        In a run directory the weights are chosen by the one rule of
+        `aiayn.checkpoint.resolve_weights`: an up-to-date average, else `best`, else
+        the newest step checkpoint (a stale average is skipped with a warning). The
+        subword model is the run's own spm.model (`aiayn.checkpoint.find_in_run`),
+        never one from a folder above the run.
 
         A directory written by `aiayn convert marian` (its `marian.json` next to the
         weights) gets Marian's tokenization and generation settings, unless a

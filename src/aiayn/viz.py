@@ -24,7 +24,7 @@ from torch import Tensor
 
 from aiayn.files import write_file_atomic
 from aiayn.model import AttentionMaps
-from aiayn.search import DecodeConfig, search
+from aiayn.search import DecodeConfig, Hypothesis, search
 from aiayn.translate import Translator
 
 
@@ -101,6 +101,14 @@ def translation_attention(
         The maps (batch of one), the source pieces (eos last) and the decoder's
         input pieces (bos first).
     """
+    maps, src_pieces, tgt_pieces, _ = hypothesis_attention(translator, sentence, config)
+    return maps, src_pieces, tgt_pieces
+
+
+def hypothesis_attention(
+    translator: Translator, sentence: str, config: DecodeConfig | None = None
+) -> tuple[AttentionMaps, list[str], list[str], Hypothesis]:
+    """`translation_attention`, and the search's best `Hypothesis` whose weights they are."""
     if not sentence.strip():
         raise ValueError("cannot draw attention for an empty sentence")
     model, tokenizer = translator.model, translator.tokenizer
@@ -112,7 +120,7 @@ def translation_attention(
         maps = model.attention_maps(src, tgt_in)
     src_pieces = [tokenizer.id_to_piece(i) for i in src[0].tolist()]
     tgt_pieces = [tokenizer.id_to_piece(i) for i in tgt_in[0].tolist()]
-    return maps, src_pieces, tgt_pieces
+    return maps, src_pieces, tgt_pieces, best
 
 
 def plot_translation_attention(

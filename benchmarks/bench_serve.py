@@ -1,0 +1,233 @@
+"""`aiayn serve` under load: dynamic batching against one sentence at a time.
+
+    PYTHONPATH=src python benchmarks/bench_serve.py --run RUN [--seconds 20]
+
+Two servers run the same model on loopback, one batching (the defaults of `aiayn
+serve`, but `--max-wait-ms`) and one not (`--max-batch 1`: each sentence decoded alone, in arrival
+order). For 1, 4, 16 and 64 concurrent clients the servers take turns, `--rounds`
+slices of each cell in alternation, so that both see the same machine load. Each
+client sends one sentence per request (beam `--beam`), waits for the answer, then
+pauses for an exponentially distributed time (`--think-ms` on average: Poisson
+arrivals per client) and sends the next. The sentences are the run's test split
+(its recipe's prepared corpus), or `--sentences FILE`, drawn at random, seeded.
+
+Reported per cell: sentences/s answered, latency percentiles (request sent to
+answer received), the mean batch size (from the server's /metrics) and requests
+refused with 429. The ratio column is batching's sentences/s over one-at-a-time's
+at the same number of clients. Writes benchmarks/results/serve.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import httpx
+
+import common
+
+
+def test_sentences(run: Path) -> list[str]:
+    """Source sentences of the test split of the corpus named by RUN/config.yaml."""
+    from aiayn.data.corpus import PreparedCorpus
+    from aiayn.files import read_lines
+    from aiayn.recipe import load_recipe
+
+    corpus = PreparedCorpus.load(load_recipe(run / "config.yaml").corpus)
+    return [line for line in read_lines(corpus.files("test")[0]) if line.strip()]
+
+
+class ServerProcess:
+    """`aiayn serve RUN --port P OPTIONS` in a subprocess, with `threads` torch threads."""
+
+    def __init__(self, run: Path, options: list[str], threads: int) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        command = [sys.executable, "-m", "aiayn", "serve", str(run), "--port", str(self.port)]
+        command += ["--no-access-log", "--threads", str(threads), *options]
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+        self.process = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
+        limit = time.monotonic() + 120
+        while time.monotonic() < limit:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{' '.join(command)} exited with {self.process.returncode}")
+            try:
+                if httpx.get(f"{self.url}/ready", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.2)
+        raise RuntimeError(f"{' '.join(command)} did not become ready")
+
+    def batches(self) -> tuple[float, float]:
+        """(sentences decoded, batches run) so far."""
+        text = httpx.get(f"{self.url}/metrics", timeout=30).text
+
+        def value(name: str) -> float:
+            return float(re.search(rf"^{name} (\S+)$", text, re.MULTILINE).group(1))
+
+        return value("aiayn_batch_size_sum"), value("aiayn_batch_size_count")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=60)
+
+
+@dataclass
+class Tally:
+    """What the clients of one cell saw, summed over its rounds."""
+
+    latencies: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+    refused: int = 0
+    failed: int = 0
+    decoded: float = 0.0  # from the server's /metrics
+    batches: float = 0.0
+
+    def summary(self) -> dict[str, float]:
+        cuts = statistics.quantiles(self.latencies, n=100, method="inclusive")
+        return {
+            "sentences_per_s": len(self.latencies) / self.seconds,
+            "answered": len(self.latencies),
+            "p50_ms": 1000 * cuts[49],
+            "p95_ms": 1000 * cuts[94],
+            "p99_ms": 1000 * cuts[98],
+            "mean_batch": self.decoded / max(self.batches, 1),
+            "refused_429": self.refused,
+            "failed": self.failed,
+        }
+
+
+async def drive(
+    url: str,
+    sentences: list[str],
+    clients: int,
+    seconds: float,
+    args,
+    round_seed: int,
+    tally: Tally,
+) -> None:
+    """`clients` closed-loop clients for `seconds`, counted into `tally`."""
+    stop_at = time.monotonic() + seconds
+    think = args.think_ms / 1000
+
+    async def client(index: int, http: httpx.AsyncClient) -> None:
+        rng = random.Random(round_seed * 1000 + index)
+        await asyncio.sleep(rng.expovariate(1 / think))  # clients do not start in step
+        while time.monotonic() < stop_at:
+            sent = time.monotonic()
+            body = {"text": rng.choice(sentences), "beam": args.beam}
+            reply = await http.post("/v1/translate", json=body)
+            if reply.status_code == 200:
+                tally.latencies.append(time.monotonic() - sent)
+            elif reply.status_code == 429:
+                tally.refused += 1
+            else:
+                tally.failed += 1
+            await asyncio.sleep(rng.expovariate(1 / think))
+
+    limits = httpx.Limits(max_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
+        started = time.monotonic()
+        await asyncio.gather(*(client(i, http) for i in range(clients)))
+        tally.seconds += time.monotonic() - started
+
+
+def measure(servers: dict[str, ServerProcess], sentences: list[str], n: int, args) -> dict:
+    """One cell per server at `n` clients, the servers taking turns round by round."""
+    tallies = {mode: Tally() for mode in servers}
+    for round_index in range(args.rounds):
+        for mode, server in servers.items():
+            before = server.batches()
+            seconds = args.seconds / args.rounds
+            asyncio.run(drive(server.url, sentences, n, seconds, args, round_index, tallies[mode]))
+            after = server.batches()
+            tallies[mode].decoded += after[0] - before[0]
+            tallies[mode].batches += after[1] - before[1]
+    return {mode: tally.summary() for mode, tally in tallies.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", type=Path, required=True, help="the model to serve")
+    parser.add_argument("--sentences", type=Path, help="source sentences, one per line")
+    parser.add_argument("--clients", default="1,4,16,64")
+    parser.add_argument("--seconds", type=float, default=20.0, help="per cell and server")
+    parser.add_argument("--rounds", type=int, default=4, help="turns per cell")
+    parser.add_argument("--think-ms", type=float, default=20.0, help="mean pause per client")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of each server")
+    parser.add_argument("--beam", type=int, default=4, help="beam width of every request")
+    parser.add_argument("--max-wait-ms", type=float, default=5.0, help="the batching server's")
+    parser.add_argument("--results", default="serve", help="results file name")
+    args = parser.parse_args()
+
+    if args.sentences is not None:
+        from aiayn.files import read_lines
+
+        sentences = [line for line in read_lines(args.sentences) if line.strip()]
+    else:
+        sentences = test_sentences(args.run)
+    modes = {
+        "batching": ["--max-wait-ms", str(args.max_wait_ms)],
+        "one at a time": ["--max-batch", "1"],
+    }
+    servers = {
+        mode: ServerProcess(args.run, options, args.threads) for mode, options in modes.items()
+    }
+    rows, cells = [], []
+    try:
+        for server in servers.values():  # warm up: the first batches pay for allocation
+            asyncio.run(drive(server.url, sentences, 4, 3.0, args, -1, Tally()))
+        for n in (int(c) for c in args.clients.split(",")):
+            by_mode = measure(servers, sentences, n, args)
+            speedup = (
+                by_mode["batching"]["sentences_per_s"] / by_mode["one at a time"]["sentences_per_s"]
+            )
+            for mode, cell in by_mode.items():
+                cell.update(clients=n, server=mode, speedup=speedup if mode == "batching" else 1.0)
+                print(cell, file=sys.stderr)
+                cells.append(cell)
+                rows.append(
+                    [n, mode, cell["sentences_per_s"], cell["p50_ms"], cell["p95_ms"],
+                     cell["p99_ms"], cell["mean_batch"], cell["refused_429"],
+                     f"{cell['speedup']:.2f}x"]
+                )  # fmt: skip
+    finally:
+        for server in servers.values():
+            server.stop()
+
+    headers = ["clients", "server", "sentences/s", "p50 ms", "p95 ms", "p99 ms", "mean batch",
+               "429s", "vs one at a time"]  # fmt: skip
+    print(common.table(headers, rows))
+    path = common.write_json(
+        args.results,
+        {
+            "run": str(args.run),
+            "sentences": str(args.sentences) if args.sentences else "test split of the run",
+            "seconds_per_cell": args.seconds,
+            "rounds": args.rounds,
+            "think_ms": args.think_ms,
+            "beam": args.beam,
+            "max_wait_ms": args.max_wait_ms,
+            "threads": args.threads,
+            "cells": cells,
+        },
+    )
+    print(f"wrote {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

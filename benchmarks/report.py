@@ -1,0 +1,629 @@
+"""README's measured tables, rendered from the committed results files.
+
+    python benchmarks/report.py            # print every table
+    python benchmarks/report.py --write    # put them into README.md
+    python benchmarks/report.py --check    # exit 1 naming each README table that is stale
+
+Every table in README.md that holds measured figures sits between two markers,
+
+    <!-- report:NAME -->
+    ...
+    <!-- /report:NAME -->
+
+and is rendered here from `benchmarks/results/*.json` (each written by the script that
+measured it), with a line naming the file, its date, machine, CPU features, torch
+version, threads, commit and command, and what the file does not record.
+`tests/test_readme_figures.py` runs the check, so a figure edited by hand, or a
+results file re-measured without `--write`, fails the suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+README = ROOT / "README.md"
+BLOCK = re.compile(r"<!-- report:([a-z0-9-]+) -->\n(.*?)<!-- /report:\1 -->", re.DOTALL)
+# The CPU features a figure can depend on: bf16 rows need AMX or AVX512-BF16 to win.
+KEY_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+# Files written before the provenance record name the machine but not its flags.
+DESCRIBED_FEATURES = {
+    "Intel(R) Xeon(R) Processor, 2 cores": "CPU features not in the file; README described "
+    "this machine when it was measured as AVX-512, AVX-512-VNNI and AMX"
+}
+
+
+def load(name: str) -> dict[str, Any]:
+    return json.loads((RESULTS / f"{name}.json").read_text())
+
+
+# ----- formatting ----------------------------------------------------------------------
+
+
+def number(value: float) -> str:
+    """1,234 / 123 / 12.3 / 1.23: three significant figures at most, thousands grouped."""
+    if value >= 100:
+        return f"{value:,.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def ratio(value: float | None, mark: str = "") -> str:
+    return "" if value is None else f"{value:.2f}x{mark}"
+
+
+def table(headers: list[str], rows: list[list[str]], left: int = 2) -> str:
+    lines = ["| " + " | ".join(headers) + " |"]
+    lines.append("|" + "|".join("---" if i < left else "---:" for i in range(len(headers))) + "|")
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def per_round_ratio(slower: list[float], faster: list[float]) -> float:
+    """The median over rounds of slower / faster (> 1: `faster` is faster)."""
+    return statistics.median(a / b for a, b in zip(slower, faster, strict=True))
+
+
+def recorded_commit(data: dict[str, Any]) -> str | None:
+    """The commit a results file names (bench_positions keeps it under "library")."""
+    return data.get("commit") or data.get("library", {}).get("commit")
+
+
+def source(name: str, data: dict[str, Any] | None = None, record: str | None = None) -> str:
+    """One line: where a table's figures come from, and what that file does not record.
+
+    `record`: the key of the file's sub-record the table comes from, if not the whole file.
+    """
+    data = load(name) if data is None else data
+    said = [f"`benchmarks/results/{name}.json`" + (f" record `{record}`" if record else "")]
+    missing = []
+    said.append(data.get("date", "no date"))
+    said.append(f'"{data["machine"]}"' if "machine" in data else "machine not recorded")
+    if "cpu_flags" in data:
+        flags = [f for f in KEY_FLAGS if f in data["cpu_flags"]]
+        absent = [f for f in ("avx512f", "avx512_bf16", "amx_tile") if f not in data["cpu_flags"]]
+        said.append(
+            "CPU features "
+            + (", ".join(flags) or "none of " + ", ".join(KEY_FLAGS))
+            + (f" (no {', no '.join(absent)})" if absent else "")
+        )
+    elif data.get("machine") in DESCRIBED_FEATURES:
+        said.append(DESCRIBED_FEATURES[data["machine"]])
+    else:
+        missing.append("CPU flags")
+    torch_version = data.get("versions", {}).get("torch")
+    said.append(f"torch {torch_version}" if torch_version else "torch version not recorded")
+    threads = data.get("args", {}).get("threads", data.get("threads"))
+    if threads is not None:
+        said.append(f"{threads} thread{'s' if str(threads) != '1' else ''}")
+    load_average = data.get("load_average")
+    if load_average:
+        said.append(f"load average {load_average[0]:g} at its end")
+    commit = recorded_commit(data)
+    if commit:
+        said.append(f"commit `{commit}`")
+    else:
+        missing.append("commit")
+    if data.get("command"):
+        said.append(f"`{data['command']}`")
+    else:
+        missing.append("command")
+    line = "Source: " + "; ".join(said) + "."
+    if missing:
+        line += (
+            " This file predates the provenance record and does not say its "
+            + ", ".join(missing)
+            + "."
+        )
+    return line
+
+
+# ----- tables --------------------------------------------------------------------------
+
+# Training results, one table each: the small shape (both precisions), then two
+# successive runs of the base shape in fp32 (the first saved aside before the second).
+TRAIN_FILES = ("train", "train-base-run1", "train-base")
+TRAIN_LABELS = {
+    "aiayn": "aiayn",
+    "hf": "HF MarianMTModel",
+    "torch-nn": "torch.nn.Transformer",
+    "aiayn-bf16": "aiayn",
+    "hf-bf16": "HF MarianMTModel",
+    "torch-nn-bf16": "torch.nn.Transformer",
+}
+
+
+def train() -> str:
+    """Training steps, fp32 and bf16 autocast, ratios within one precision."""
+    parts = []
+    for name in TRAIN_FILES:
+        if not (RESULTS / f"{name}.json").exists():
+            continue
+        rows = []
+        for r in load(name)["results"]:
+            bf16 = r["system"].endswith("-bf16")
+            rows.append(
+                [
+                    r["size"],
+                    ("**{}**" if r["system"] == "aiayn" else "{}").format(
+                        TRAIN_LABELS[r["system"]]
+                    ),
+                    "bf16 autocast" if bf16 else "fp32",
+                    f"{r['params'] / 1e6:.2f}M",
+                    number(r["tokens_per_s"]),
+                    number(r["ms_per_step"]),
+                    ratio(r["speedup_vs_hf"]),
+                    ratio(r["speedup_vs_torch_nn"]),
+                ]
+            )
+        headers = ["shape", "system", "precision", "params", "tgt tok/s", "ms/step"]
+        headers += ["vs HF (same precision)", "vs torch.nn (same precision)"]
+        parts += [table(headers, rows, left=3), source(name)]
+    return "\n\n".join(parts)
+
+
+def train_compile() -> str:
+    data = load("train-compile")
+    by = {(r["size"], r["system"]): r for r in data["results"]}
+    rows = []
+    for size in dict.fromkeys(r["size"] for r in data["results"]):
+        eager, compiled = by[size, "aiayn"], by[size, "aiayn-compiled"]
+        rows.append(
+            [
+                size,
+                number(eager["tokens_per_s"]),
+                number(compiled["tokens_per_s"]),
+                ratio(per_round_ratio(eager["times_s"], compiled["times_s"])),
+            ]
+        )
+    headers = ["shape", "eager tgt tok/s", "compiled tgt tok/s", "compiled vs eager"]
+    return table(headers, rows, left=1) + "\n\n" + source("train-compile", data)
+
+
+DECODE_LABELS = {
+    "aiayn": "**aiayn**",
+    "hf": "HF generate",
+    "ct2-fp32": "CTranslate2",
+    "ct2-int8": "CTranslate2",
+    "aiayn-bf16": "aiayn",
+    "hf-bf16": "HF generate",
+    "aiayn-steps1": "aiayn, 1-thread steps",
+}
+PRECISION = {"ct2-int8": "int8", "aiayn-bf16": "bf16", "hf-bf16": "bf16"}
+
+
+def decode() -> str:
+    """Batch-32 decoding; a ratio between two precisions is marked as such."""
+    data = load("decode")
+    rows = []
+    for r in data["results"]:
+        if r["batch"] == 1:
+            continue
+        system = r["system"]
+        precision = PRECISION.get(system, "fp32")
+        vs_hf_cross = system == "ct2-int8"  # no HF int8: its "vs HF" is against HF fp32
+        vs_ct2_cross = precision != "fp32"
+        same = r["same_outputs_as_aiayn"]
+        rows.append(
+            [
+                r["size"],
+                r["search"],
+                DECODE_LABELS[system],
+                precision,
+                number(r["tokens_per_s"]),
+                number(r["ms_per_call"]),
+                ratio(r["speedup_vs_hf"], " †" if vs_hf_cross else ""),
+                ratio(r["speedup_vs_ct2_fp32"], " †" if vs_ct2_cross else ""),
+                "" if same is None else f"{same}/{r['batch']}",
+            ]
+        )
+    headers = ["shape", "search", "system", "precision", "tgt tok/s", "ms/batch", "vs HF"]
+    headers += ["vs CT2 fp32", "same tokens as aiayn*"]
+    notes = (
+        '"vs HF" is against HF generate of the same precision; † marks a ratio across '
+        "precisions (CTranslate2 int8 against HF fp32; bf16 or int8 against CTranslate2 "
+        "fp32). *Sentences whose first 29 tokens equal aiayn's at the same precision "
+        "(aiayn bf16: aiayn fp32's)."
+    )
+    return "\n\n".join([table(headers, rows, left=4), notes, source("decode", data)])
+
+
+def decode_latency() -> str:
+    """One sentence (batch 1): ms per call, one column per system."""
+    data = load("decode")
+    systems = [s for s in DECODE_LABELS if any(r["system"] == s for r in data["results"])]
+    cells: dict[tuple[str, str], dict[str, str]] = {}
+    for r in data["results"]:
+        if r["batch"] == 1:
+            cells.setdefault((r["size"], r["search"]), {})[r["system"]] = number(r["ms_per_call"])
+    headers = ["shape", "search"] + [
+        f"{DECODE_LABELS[s].strip('*')} {PRECISION.get(s, 'fp32')}" for s in systems
+    ]
+    rows = [
+        [size, search] + [row.get(s, "") for s in systems] for (size, search), row in cells.items()
+    ]
+    return table(headers, rows) + "\n\n" + source("decode", data)
+
+
+def decode_vs_commit() -> str:
+    """Today's aiayn against commit 2d41774's, two runs: 2 threads and 1 thread."""
+    runs = {"2 threads": "decode-vs-2d41774-2threads", "1 thread": "decode-vs-2d41774"}
+    records = {label: load(name)["results"] for label, name in runs.items()}
+    keyed = {
+        label: {(r["size"], r["search"], r["batch"]): r for r in rs if r["system"] == "aiayn"}
+        for label, rs in records.items()
+    }
+    baseline = {
+        (r["size"], r["search"], r["batch"]): r
+        for r in records["2 threads"]
+        if r["system"] != "aiayn"
+    }
+    rows = []
+    for size, search, batch in keyed["2 threads"]:
+        if batch != 32:
+            continue
+        now = keyed["2 threads"][size, search, 32]
+        then = baseline[size, search, 32]
+        rows.append(
+            [
+                size,
+                search,
+                f"{number(now['tokens_per_s'])} ({number(then['tokens_per_s'])})",
+                ratio(now["speedup_vs_baseline"]),
+                ratio(keyed["2 threads"][size, search, 1]["speedup_vs_baseline"]),
+                ratio(keyed["1 thread"][size, search, 32]["speedup_vs_baseline"]),
+                ratio(keyed["1 thread"][size, search, 1]["speedup_vs_baseline"]),
+            ]
+        )
+    headers = [
+        "shape",
+        "search",
+        "batch 32, 2 threads: tok/s now (2d41774)",
+        "ratio",
+        "batch 1, 2 threads: ratio",
+        "batch 32, 1 thread: ratio",
+        "batch 1, 1 thread: ratio",
+    ]
+    return "\n\n".join([table(headers, rows), *(source(name) for name in runs.values())])
+
+
+def kernels() -> str:
+    data = load("kernels")
+    rows = [
+        [
+            r["kernel"],
+            r["work"],
+            r["aiayn"],
+            number(r["aiayn_ms"]),
+            r["peer"],
+            number(r["peer_ms"]),
+            f"**{ratio(r['speedup'])}**",
+        ]
+        for r in data["results"]
+    ]
+    headers = ["kernel", "work", "aiayn", "ms", "PyTorch", "ms", "speedup"]
+    return table(headers, rows, left=3) + "\n\n" + source("kernels", data)
+
+
+def attention() -> str:
+    data = load("attention")
+    rows = []
+    for r in data["results"]:
+        skipped = "explicit_ms" not in r or r["explicit_ms"] is None
+        rows.append(
+            [
+                f"{r['length']:,}",
+                number(r["sdpa_ms"]),
+                number(r["sdpa_peak_mib"]),
+                "skipped" if skipped else number(r["explicit_ms"]),
+                "skipped" if skipped else number(r["explicit_peak_mib"]),
+            ]
+        )
+    headers = ["length", "SDPA ms", "SDPA peak MiB", "explicit ms", "explicit peak MiB"]
+    return table(headers, rows, left=1) + "\n\n" + source("attention", data)
+
+
+def sliding_window() -> str:
+    data = load("attention")["sliding_window"]
+    rows, notes = [], []
+    for r in data["results"]:
+        skipped = r.get("skipped", {})
+
+        def cell(kind: str, field: str, r=r) -> str:
+            value = r.get(f"{kind}_{field}")
+            return "skipped" if value is None else number(value)
+
+        notes += [f"{r['length']:,}, {kind}: {why}" for kind, why in skipped.items()]
+
+        rows.append(
+            [
+                f"{r['length']:,}",
+                number(r["sliding_ms"]),
+                number(r["sliding_train_ms"]),
+                number(r["sliding_peak_mib"]),
+                cell("band", "ms"),
+                cell("band", "peak_mib"),
+                cell("full", "ms"),
+                cell("full", "peak_mib"),
+            ]
+        )
+    headers = ["length", "sliding ms", "sliding fwd+bwd ms", "sliding peak MiB"]
+    headers += ["band-mask SDPA ms", "band-mask peak MiB", "full SDPA ms", "full SDPA peak MiB"]
+    line = source("attention", data, record="sliding_window")
+    skipped = "Skipped: " + "; ".join(notes) + "." if notes else ""
+    return "\n\n".join(part for part in (table(headers, rows, left=1), skipped, line) if part)
+
+
+SCHEMES = {"sinusoidal": "sinusoidal (the paper)", "relative": "relative (T5 bias)"}
+
+
+def positions_extrapolation() -> str:
+    data = load("positions")["extrapolation"]
+    rows = []
+    for r in data["results"]:
+        exact, agree = r["exact_match"], r["token_agreement"]
+        rows.append(
+            [SCHEMES.get(r["scheme"], r["scheme"])]
+            + [f"{exact[k]:.1f}%" for k in ("in", "64", "128")]
+            + [f"{agree[k]:.1f}%" for k in ("in", "64", "128")]
+        )
+    headers = ["scheme", "exact, 1-32", "exact, 64", "exact, 128"]
+    headers += ["agreement, 1-32", "agreement, 64", "agreement, 128"]
+    line = source("positions", data, record="extrapolation")
+    return table(headers, rows, left=1) + "\n\n" + line
+
+
+def positions_bible() -> str:
+    data = load("positions")["bible"]
+    best = max(r["bleu"] for r in data["results"])
+    rows = []
+    for r in data["results"]:
+        bold = "**{}**" if r["bleu"] == best else "{}"
+        rows.append(
+            [
+                SCHEMES.get(r["scheme"], r["scheme"]),
+                bold.format(f"{r['bleu']:.2f}"),
+                bold.format(f"{r['chrf']:.2f}"),
+                f"{r['steps']:,}",
+                f"{r['epochs']:.2f}",
+            ]
+        )
+    headers = ["scheme", "test BLEU", "chrF", "steps in 15 min", "epochs"]
+    line = source("positions", data, record="bible")
+    return table(headers, rows, left=1) + "\n\n" + line
+
+
+PRUNED_KINDS = {"encoder.self": "encoder self", "decoder.self": "decoder self"}
+PRUNED_KINDS["decoder.cross"] = "encoder-decoder"
+
+
+def pruning() -> str:
+    data = load("pruning")
+    results = data["results"]
+    (unpruned,) = [r for r in results if r["kind"] is None]
+    heads = {round(r["heads_removed"] / r["fraction"]) for r in results if r["kind"]}
+    (total,) = heads
+    bleu = f"{unpruned['bleu']:.2f}"
+    rows = [["(none)", f"0 of {total}", bleu, bleu]]
+    for kind, label in PRUNED_KINDS.items():
+        for fraction in sorted({r["fraction"] for r in results if r["kind"] == kind}):
+            same = [r for r in results if r["kind"] == kind and r["fraction"] == fraction]
+            (ranked,) = [r for r in same if r["order"] == "importance"]
+            random = statistics.mean(r["bleu"] for r in same if r["order"].startswith("random"))
+            rows.append(
+                [
+                    label,
+                    f"{ranked['heads_removed']} of {total}",
+                    f"{ranked['bleu']:.2f}",
+                    f"{random:.2f}",
+                ]
+            )
+    headers = ["attention", "pruned", "BLEU, least important first", "BLEU, random order"]
+    return table(headers, rows) + "\n\n" + source("pruning", data)
+
+
+def span(values: list[float]) -> str:
+    low, high = min(values), max(values)
+    return ratio(low) if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}x to {high:.2f}x"
+
+
+def goals() -> str:
+    """The issue's goals, each compared within one precision, from the decode and train files."""
+    decode_rows = [r for r in load("decode")["results"] if r["batch"] != 1]
+    by = {(r["size"], r["search"], r["system"]): r for r in decode_rows}
+    train_rows = [
+        r
+        for name in TRAIN_FILES
+        if (RESULTS / f"{name}.json").exists()
+        for r in load(name)["results"]
+    ]
+
+    def decode_vs(system: str, field: str) -> list[float]:
+        return [r[field] for r in decode_rows if r["system"] == system and r[field] is not None]
+
+    def train_vs(system: str, field: str) -> list[float]:
+        return [r[field] for r in train_rows if r["system"] == system and r[field] is not None]
+
+    bf16_over_fp32 = [
+        per_round_ratio(r["times_s"], by[size, search, "aiayn-bf16"]["times_s"])
+        for (size, search, system), r in by.items()
+        if system == "aiayn" and (size, search, "aiayn-bf16") in by
+    ]
+    rows = [
+        [
+            "decoding, batch 32",
+            "aiayn / HF generate",
+            "fp32",
+            decode_vs("aiayn", "speedup_vs_hf"),
+            2.0,
+        ],
+        [
+            "decoding, batch 32",
+            "aiayn / HF generate",
+            "bf16",
+            decode_vs("aiayn-bf16", "speedup_vs_hf"),
+            2.0,
+        ],
+        [
+            "decoding, batch 32",
+            "aiayn / CTranslate2",
+            "fp32",
+            decode_vs("aiayn", "speedup_vs_ct2_fp32"),
+            None,
+        ],
+        [
+            "decoding, batch 32",
+            "aiayn bf16 / aiayn fp32",
+            "across precisions",
+            bf16_over_fp32,
+            None,
+        ],
+        [
+            "training step",
+            "aiayn / HF MarianMTModel",
+            "fp32",
+            train_vs("aiayn", "speedup_vs_hf"),
+            1.2,
+        ],
+        [
+            "training step",
+            "aiayn / torch.nn.Transformer",
+            "fp32",
+            train_vs("aiayn", "speedup_vs_torch_nn"),
+            None,
+        ],
+        [
+            "training step",
+            "aiayn / HF MarianMTModel",
+            "bf16 autocast",
+            train_vs("aiayn-bf16", "speedup_vs_hf"),
+            1.2,
+        ],
+    ]
+    cells = []
+    for work, systems, precision, values, goal in rows:
+        if not values:
+            continue
+        met = "" if goal is None else ("yes" if min(values) >= goal else "no")
+        goal_cell = "" if goal is None else f"{goal:g}x"
+        cells.append([work, systems, precision, span(values), goal_cell, met])
+    headers = [
+        "work",
+        "speed ratio",
+        "precision",
+        "measured (the rows of the tables below)",
+        "goal",
+        "met",
+    ]
+    files = ", ".join(
+        f"`benchmarks/results/{name}.json`"
+        for name in ("decode", *TRAIN_FILES)
+        if (RESULTS / f"{name}.json").exists()
+    )
+    return table(headers, cells, left=3) + (
+        f"\n\nComputed from {files}; their Source lines are under the decoding and "
+        "training tables below."
+    )
+
+
+TABLES: dict[str, Callable[[], str]] = {
+    "goals": goals,
+    "train": train,
+    "train-compile": train_compile,
+    "decode": decode,
+    "decode-latency": decode_latency,
+    "decode-vs-2d41774": decode_vs_commit,
+    "kernels": kernels,
+    "attention": attention,
+    "sliding-window": sliding_window,
+    "positions-extrapolation": positions_extrapolation,
+    "positions-bible": positions_bible,
+    "pruning": pruning,
+}
+
+
+# ----- README --------------------------------------------------------------------------
+
+
+def render_all() -> dict[str, str]:
+    return {name: render() for name, render in TABLES.items()}
+
+
+def blocks(text: str) -> dict[str, str]:
+    """README's rendered blocks: marker name -> the text between the markers."""
+    return {m.group(1): m.group(2) for m in BLOCK.finditer(text)}
+
+
+def stale(text: str, rendered: dict[str, str]) -> list[str]:
+    """Each problem with README's blocks, one line each (empty: README is up to date)."""
+    found = blocks(text)
+    problems = [
+        f"{name}: no <!-- report:{name} --> block in README"
+        for name in rendered
+        if name not in found
+    ]
+    problems += [f"{name}: no such table in report.py" for name in found if name not in rendered]
+    problems += [
+        f"{name}: differs from what report.py renders from the results files"
+        for name in rendered
+        if name in found and found[name] != rendered[name] + "\n"
+    ]
+    return problems
+
+
+def updated(text: str, rendered: dict[str, str]) -> str:
+    """`text` with every block replaced by its rendering."""
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in rendered:
+            return match.group(0)
+        return f"<!-- report:{name} -->\n{rendered[name]}\n<!-- /report:{name} -->"
+
+    return BLOCK.sub(replace, text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--write", action="store_true", help="update README.md's blocks")
+    action.add_argument("--check", action="store_true", help="exit 1 if a block is stale")
+    args = parser.parse_args()
+    try:
+        rendered = render_all()
+    except (OSError, KeyError, ValueError) as err:  # a results file missing or malformed
+        sys.exit(f"report.py: cannot render from {RESULTS}: {type(err).__name__}: {err}")
+    if args.check:
+        problems = stale(README.read_text(), rendered)
+        for line in problems:
+            print(f"README.md: {line}", file=sys.stderr)
+        if problems:
+            print("run `python benchmarks/report.py --write`", file=sys.stderr)
+            sys.exit(1)
+        print("README.md's measured tables match benchmarks/results/")
+    elif args.write:
+        text = README.read_text()
+        new = updated(text, rendered)
+        missing = [name for name in rendered if name not in blocks(new)]
+        README.write_text(new)
+        print(f"README.md: {len(rendered) - len(missing)} tables written")
+        for name in missing:
+            print(
+                f"README.md has no block for {name}: add <!-- report:{name} --> ... <!-- /report:{name} -->"
+            )
+    else:
+        for name, text in rendered.items():
+            print(f"<!-- report:{name} -->\n{text}\n<!-- /report:{name} -->\n")
+
+
+if __name__ == "__main__":
+    main()
