@@ -431,6 +431,30 @@ def pruning() -> str:
     return table(headers, rows) + "\n\n" + source("pruning", data)
 
 
+def serve(name: str) -> str:
+    """bench_serve.py: the batching server against one at a time, per number of clients."""
+    data = load(name)
+    rows = [
+        [
+            str(c["clients"]),
+            c["server"],
+            number(c["sentences_per_s"]),
+            number(c["p50_ms"]),
+            number(c["p95_ms"]),
+            number(c["p99_ms"]),
+            number(c["mean_batch"]),
+            str(c["refused_429"]),
+            ratio(c["speedup"]),
+        ]
+        for c in data["cells"]
+    ]
+    headers = ["clients", "server", "sentences/s", "p50 ms", "p95 ms", "p99 ms", "mean batch"]
+    headers += ["429s", "vs one at a time"]
+    settings = f"Beam {data['beam']}, --max-wait-ms {data['max_wait_ms']:g}, "
+    settings += f"{data['threads']} torch thread per server, {data['rounds']} rounds per cell."
+    return settings + "\n\n" + table(headers, rows) + "\n\n" + source(name, data)
+
+
 def span(values: list[float]) -> str:
     low, high = min(values), max(values)
     return ratio(low) if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}x to {high:.2f}x"
@@ -548,6 +572,9 @@ TABLES: dict[str, Callable[[], str]] = {
     "positions-extrapolation": positions_extrapolation,
     "positions-bible": positions_bible,
     "pruning": pruning,
+    "serve": lambda: serve("serve"),
+    "serve-greedy": lambda: serve("serve-greedy"),
+    "serve-wait50": lambda: serve("serve-wait50"),
 }
 
 
