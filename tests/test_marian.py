@@ -292,24 +292,7 @@ def test_greedy_equals_transformers_token_for_token(marian):
 def test_beam_4_equals_transformers_token_for_token(
     marian, length_penalty, early_stopping, renormalize
 ):
-    path, reference, hf_tokenizer = marian
-    src, expected = hf_outputs(
-        reference,
-        hf_tokenizer,
-        num_beams=4,
-        length_penalty=length_penalty,
-        early_stopping=early_stopping,
-        renormalize_logits=renormalize,
-    )
-    stopping = {False: EarlyStopping.HEURISTIC, True: EarlyStopping.EXACT}
-    ours = our_outputs(
-        path,
-        src,
-        beam=4,
-        alpha=length_penalty,
-        early_stopping=stopping.get(early_stopping, EarlyStopping.NEVER),
-        renormalize=renormalize,
-    )
+    expected, ours = _beam_4_both(*marian, length_penalty, early_stopping, renormalize)
     assert ours == expected
 
 
