@@ -14,8 +14,10 @@ def test_the_task_defaults_to_translation_and_must_be_registered():
     recipe = recipe_from_dict(VALUES)
     assert recipe.task == "translation" and recipe.to_dict()["data"]["task"] == "translation"
     assert recipe_from_dict(VALUES, ["data.task=translation"]).task == "translation"
-    with pytest.raises(ValueError, match=r"data\.task must be one of translation, got 'lm'"):
-        recipe_from_dict(VALUES, ["data.task=lm"])
+    assert recipe_from_dict(VALUES, ["data.task=lm"]).task == "lm"
+    known = "translation, lm, mlm, lm_translation"
+    with pytest.raises(ValueError, match=rf"data\.task must be one of {known}, got 'gan'"):
+        recipe_from_dict(VALUES, ["data.task=gan"])
 
 
 def test_a_run_without_the_task_key_resumes_as_translation(tmp_path):

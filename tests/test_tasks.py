@@ -77,8 +77,9 @@ def test_bleu_at_validation_scores_the_detokenized_greedy_outputs():
 def test_the_registry_builds_tasks_by_name_and_names_the_known_ones():
     assert isinstance(build_task("translation", CFG), TranslationTask)
     assert TASKS["translation"] is TranslationTask
-    with pytest.raises(ValueError, match=r"unknown task 'lm': expected one of translation"):
-        build_task("lm", CFG)
+    known = "translation, lm, mlm, lm_translation"
+    with pytest.raises(ValueError, match=rf"unknown task 'gan': expected one of {known}"):
+        build_task("gan", CFG)
 
 
 def test_evaluate_task_gives_the_per_token_cross_entropy_of_all_batches():

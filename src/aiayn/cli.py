@@ -93,19 +93,24 @@ def _prepare_config(vocab_size: int, max_tokens: int, max_ratio: float, seed: in
         raise _fail(err) from None
 
 
-def _run_prepare(build, out: str) -> None:
-    """Run a prepare function; report the result, or the error without a traceback."""
+def _build_corpus(build, out: str, option: str = "--out"):
+    """Run a prepare function and return its corpus, or exit 1 with the error in one line."""
     import logging
 
     from aiayn.files import check_output
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        check_output(out, "--out", directory=True)
-        corpus = build()
+        check_output(out, option, directory=True)
+        return build()
     except (OSError, ValueError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None
+
+
+def _run_prepare(build, out: str) -> None:
+    """Run a prepare function; report the result, or the error without a traceback."""
+    corpus = _build_corpus(build, out)
     stats = corpus.stats
     for split, numbers in stats["splits"].items():
         dropped = ", ".join(f"{k} {v}" for k, v in numbers["dropped"].items() if v)
@@ -210,6 +215,65 @@ def prepare_hf_command(
     _run_prepare(lambda: prepare_hf(name, out, src_lang, tgt_lang, config_name, config), out)
 
 
+prepare_lm_app = typer.Typer(
+    help="Build a monolingual corpus (GPT / BERT training): one language, documents "
+    "one per line, a subword model with [CLS] [SEP] [MASK].",
+    no_args_is_help=True,
+)
+prepare_app.add_typer(prepare_lm_app, name="lm")
+_LM_OUT = typer.Argument(..., help="Directory to write (created if missing).")
+
+
+def _run_prepare_lm(build, out: str) -> None:
+    """Run a monolingual prepare function; report the result, or the error in one line."""
+    corpus = _build_corpus(build, out, "OUT")
+    stats = corpus.stats
+    for split, numbers in stats["splits"].items():
+        typer.echo(
+            f"{split:5}: {numbers['documents']:>9,} documents, {numbers['tokens']:>11,} tokens "
+            f"({numbers['tokens_per_document']:.1f} per document)"
+            + (f"; dropped {numbers['dropped_empty']} empty" if numbers["dropped_empty"] else "")
+        )
+    typer.echo(f"wrote {corpus.root} (vocabulary {stats['vocab_size']}, {stats['seconds']} s)")
+
+
+@prepare_lm_app.command("bible")
+def prepare_lm_bible_command(
+    out: str = _LM_OUT,
+    lang: str = typer.Option(..., help="en (WEB or KJV, see --src) or es (RV1909)."),
+    src: str = typer.Option("web", help="English text: web (World English Bible) or kjv."),
+    vocab_size: int = typer.Option(8000, help="Subword vocabulary size."),
+    seed: int = _SEED,
+):
+    """One side of the built-in Bible corpus, split by chapter exactly as `prepare bible`."""
+    from aiayn.data.bible import EnglishSource
+    from aiayn.data.lm import prepare_lm_bible
+
+    try:
+        english = EnglishSource(src.lower())
+    except ValueError:
+        raise typer.BadParameter(f"--src must be web or kjv, got {src!r}") from None
+    config = _prepare_config(vocab_size, 256, 3.0, seed)
+    _run_prepare_lm(lambda: prepare_lm_bible(out, lang, english, config), out)
+
+
+@prepare_lm_app.command("text")
+def prepare_lm_text_command(
+    train: str = typer.Argument(..., help="Training text, UTF-8, one document per line."),
+    out: str = _LM_OUT,
+    lang: str = typer.Option("xx", help="Language code, the files' suffix."),
+    valid: str | None = typer.Option(None, help="Validation text, same format."),
+    test: str | None = typer.Option(None, help="Test text, same format."),
+    vocab_size: int = typer.Option(8000, help="Subword vocabulary size."),
+    seed: int = _SEED,
+):
+    """Any plain-text file, one document (or line) per line."""
+    from aiayn.data.lm import prepare_lm_text
+
+    config = _prepare_config(vocab_size, 256, 3.0, seed)
+    _run_prepare_lm(lambda: prepare_lm_text(train, out, lang, valid, test, config), out)
+
+
 # ----- training: train, average ----------------------------------------------
 
 
@@ -310,12 +374,8 @@ def _warnings_to_stderr() -> None:
     logging.basicConfig(level=logging.WARNING, format="aiayn: %(levelname)s: %(message)s")
 
 
-def _load_translator(
-    run: Path, device: str, tokenizer: Path | None, precision: Precision = Precision.FP32
-):
+def _check_device(device: str) -> None:
     import torch
-
-    from aiayn.translate import Translator
 
     try:
         torch.device(device)
@@ -323,7 +383,17 @@ def _load_translator(
         raise ValueError(f"--device {device}: not a device name (cpu, cuda, cuda:1, ...)") from None
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"--device {device}: no CUDA device is available here")
-    return Translator.load(run, device=device, tokenizer=tokenizer, dtype=precision.dtype)
+
+
+def _load_translator(
+    run: Path, device: str, tokenizer: Path | None, precision: Precision = Precision.FP32
+):
+    from aiayn.model_use import ENCODER_DECODER, check_run_shape
+    from aiayn.translate import Translator
+
+    _check_device(device)
+    weights = check_run_shape(run, ENCODER_DECODER)  # a GPT or BERT run is refused by name
+    return Translator.load(weights, device=device, tokenizer=tokenizer, dtype=precision.dtype)
 
 
 def _write_lines(lines: list[str], output: Path | None) -> None:
@@ -533,13 +603,30 @@ def attention(
     device: DeviceOpt = "cpu",
     tokenizer: TokenizerOpt = None,
 ) -> None:
-    """Heat maps of encoder, decoder and encoder-decoder attention: PNG grids, or --html."""
+    """Heat maps of encoder, decoder and encoder-decoder attention: PNG grids, or --html.
+
+    A decoder-only (GPT) or encoder-only (BERT) run draws its one self-attention over
+    SENTENCE itself: decoder.png or encoder.png.
+    """
     from aiayn.files import check_output
+    from aiayn.model_use import ENCODER_DECODER
     from aiayn.search import DecodeConfig
     from aiayn.viz import plot_translation_attention
 
     _warnings_to_stderr()
     try:
+        architecture = _architecture(run)
+        if architecture != ENCODER_DECODER:
+            if html is not None:
+                raise ValueError(
+                    f"--html explores translation models; {run} holds a {architecture} "
+                    "model: leave --html out for its PNG"
+                )
+            check_output(out, "--out", directory=True)
+            paths = _one_stack_attention(run, architecture, sentence, out, layer, head, device)
+            for path in paths.values():
+                typer.echo(str(path))
+            return
         if html is not None and (layer or head):
             raise ValueError("--layer and --head choose PNG panels; --html shows every head")
         if html is not None:
@@ -602,6 +689,122 @@ def heads(
         raise _fail(err) from None
     for path in paths:
         typer.echo(str(path))
+
+
+def _architecture(run: Path) -> str:
+    """The model shape of the weights a run (or checkpoint) resolves to."""
+    from aiayn.checkpoint import read_config, resolve_weights
+
+    return read_config(resolve_weights(run)).architecture
+
+
+def _one_stack_attention(
+    run: Path,
+    architecture: str,
+    sentence: str,
+    out: Path,
+    layers: list[int] | None,
+    heads: list[int] | None,
+    device: str,
+) -> dict:
+    """`aiayn attention` for a decoder-only or encoder-only run: its self-attention PNG."""
+    import torch
+
+    from aiayn.model_use import DECODER_ONLY
+    from aiayn.viz import plot_self_attention
+
+    _check_device(device)
+    if not sentence.strip():
+        raise ValueError("cannot draw attention for an empty sentence")
+    if architecture == DECODER_ONLY:
+        user = _load_lm(run, device, "generate")
+        ids = user.encode_prompt(sentence)
+    else:
+        user = _load_lm(run, device, "fill")
+        ids = user.encode(sentence)
+    pieces = [user.tokenizer.id_to_piece(i) for i in ids]
+    batch = torch.tensor([ids], dtype=torch.long, device=user.device)  # (1, T)
+    return plot_self_attention(user.model, batch, pieces, out, layers or None, heads or None)
+
+
+# ----- language models: generate, fill -------------------------------------------
+
+
+def _load_lm(run: Path, device: str, command: str, precision: Precision = Precision.FP32):
+    """The `Generator` (command "generate") or `MaskFiller` ("fill") of RUN: an aiayn run
+    or checkpoint, a directory `aiayn convert` wrote, or a transformers directory."""
+    _check_device(device)
+    if command == "generate":
+        from aiayn.generate import Generator as User
+    else:
+        from aiayn.fill import MaskFiller as User
+    if (run / "config.json").is_file() and not (run / "checkpoints").is_dir():
+        return User.from_hf(run, device=device, dtype=precision.dtype)  # as transformers saved it
+    return User.load(run, device=device, dtype=precision.dtype)
+
+
+@app.command()
+def generate(
+    run: Annotated[
+        Path,
+        typer.Argument(help="Run, checkpoint or converted directory, or a GPT-2 directory."),
+    ],
+    prompt: Annotated[str, typer.Argument(help="The text to continue.")],
+    max_tokens: Annotated[
+        int, typer.Option("--max-tokens", help="Generate at most this many tokens.")
+    ] = 50,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature.")] = 1.0,
+    top_k: Annotated[int | None, typer.Option(help="Sample among the k likeliest.")] = None,
+    top_p: Annotated[float | None, typer.Option(help="Nucleus sampling mass.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Sampling seed (default: random).")] = None,
+    greedy: Annotated[
+        bool, typer.Option("--greedy", help="The likeliest token at every step.")
+    ] = False,
+    device: DeviceOpt = "cpu",
+    dtype: PrecisionOpt = Precision.FP32,
+) -> None:
+    """Continue PROMPT with a decoder-only (GPT) model, streaming tokens as they come.
+
+    Sampling (temperature, top-k, top-p) unless --greedy; the KV cache holds the
+    prompt and every token so far. A prompt longer than the model's max_len is refused.
+    """
+    import sys
+
+    _warnings_to_stderr()
+    try:
+        generator = _load_lm(run, device, "generate", dtype)
+        pieces = generator.stream(prompt, max_tokens, temperature, top_k, top_p, seed, greedy)
+    except (FileNotFoundError, ValueError) as err:
+        raise _fail(err) from None
+    sys.stdout.write(prompt)
+    for piece in pieces:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+
+
+@app.command()
+def fill(
+    run: Annotated[
+        Path,
+        typer.Argument(help="Run, checkpoint or converted directory, or a BERT directory."),
+    ],
+    text: Annotated[str, typer.Argument(help="Text with one or more [MASK]s.")],
+    top_k: Annotated[int, typer.Option(help="Candidates per [MASK].")] = 5,
+    device: DeviceOpt = "cpu",
+    dtype: PrecisionOpt = Precision.FP32,
+) -> None:
+    """Fill each [MASK] of TEXT with an encoder-only (BERT) model: top-k tokens, probabilities."""
+    _warnings_to_stderr()
+    try:
+        filler = _load_lm(run, device, "fill", dtype)
+        candidates = filler.fill(text, top_k)
+    except (FileNotFoundError, ValueError) as err:
+        raise _fail(err) from None
+    for number, options in enumerate(candidates, start=1):
+        typer.echo(f"[MASK] {number}:")
+        for token, probability in options:
+            typer.echo(f"  {probability:.4f}  {token}")
 
 
 # ----- looking inside: prune -----------------------------------------------------
@@ -759,6 +962,44 @@ def convert_marian_command(
     except (FileNotFoundError, ValueError) as err:
         raise _fail(err) from None
     typer.echo(f"wrote {weights}; translate with: aiayn translate {out}")
+
+
+def _convert_hf(model_type: str, path: Path, out: Path, usage: str) -> None:
+    """`aiayn convert gpt2 / bert`: the conversion, or its error in one line."""
+    from aiayn import hf_models
+    from aiayn.files import check_output
+
+    _warnings_to_stderr()
+    try:
+        check_output(out, "OUT", directory=True)
+        weights = getattr(hf_models, f"convert_{model_type}")(path, out)
+    except (FileNotFoundError, ValueError) as err:
+        raise _fail(err) from None
+    typer.echo(f"wrote {weights}; run it with: aiayn {usage.format(out=out)}")
+
+
+HFDirArg = Annotated[Path, typer.Argument(help="A directory as transformers saves it.")]
+ConvertOutArg = Annotated[Path, typer.Argument(help="The aiayn directory to write.")]
+
+
+@convert_app.command("gpt2")
+def convert_gpt2_command(path: HFDirArg, out: ConvertOutArg) -> None:
+    """Convert a local GPT-2 checkpoint; then `aiayn generate OUT "..."` runs it.
+
+    OUT gets model.safetensors, the tokenizer files and converted.json. Nothing is
+    downloaded. Configurations the mapping does not cover are refused by field.
+    """
+    _convert_hf("gpt2", path, out, 'generate {out} "In the beginning"')
+
+
+@convert_app.command("bert")
+def convert_bert_command(path: HFDirArg, out: ConvertOutArg) -> None:
+    """Convert a local BERT (masked-LM) checkpoint; then `aiayn fill OUT "... [MASK] ..."`.
+
+    OUT gets model.safetensors, the tokenizer files and converted.json. Nothing is
+    downloaded. Configurations the mapping does not cover are refused by field.
+    """
+    _convert_hf("bert", path, out, 'fill {out} "For God so [MASK] the world"')
 
 
 # ----- serving ---------------------------------------------------------------------

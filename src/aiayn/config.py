@@ -11,7 +11,11 @@ and every row of Table 3 is a keyword override of a preset, for example
 row (A) `ModelConfig.base(v, n_heads=16)` (d_k = d_v = 32 follow), row (B)
 `ModelConfig.base(v, d_k=16)`, row (C) `ModelConfig.base(v, n_layers=4, d_ff=1024)`,
 row (D) `ModelConfig.base(v, dropout=0.2)`, row (E) `ModelConfig.base(v,
-positional="learned")`.
+positional="learned")`. The two descendants built from the same blocks have
+presets too, overridden the same way:
+
+    ModelConfig.gpt(vocab_size=50257)     # GPT-2 small, decoder-only (aiayn.decoder_only)
+    ModelConfig.bert(vocab_size=30522)    # BERT-base, encoder-only (aiayn.encoder_only)
 """
 
 from __future__ import annotations
@@ -43,7 +47,8 @@ class Activation(str, Enum):
     """The non-linearity of the position-wise feed-forward network."""
 
     RELU = "relu"  # section 3.3: FFN(x) = max(0, xW1 + b1)W2 + b2
-    GELU = "gelu"
+    GELU = "gelu"  # x Phi(x) with the exact (erf) Phi: BERT's
+    GELU_TANH = "gelu_tanh"  # GELU with Phi approximated through tanh: GPT-2's "gelu_new"
     SWISH = "swish"
 
 
@@ -210,7 +215,10 @@ class ModelConfig:
         attention_window: sliding_window only: keys within this many positions.
         global_tokens: sliding_window only: the first this many positions attend
             and are attended everywhere.
-        architecture: the registered model shape (`aiayn.models`) the config builds.
+        architecture: the registered model shape (`aiayn.models`) the config builds:
+            encoder_decoder (the paper), decoder_only (GPT: its layers are
+            `n_decoder_layers`) or encoder_only (BERT: `n_encoder_layers`). A shape
+            ignores the other stack's layer count.
         kept_heads: the attention sub-layers whose heads were pruned (`aiayn.pruning`),
             each as (name, kv_of_head): "encoder.2.self", "decoder.0.self" or
             "decoder.0.cross", and for each query head kept, the key/value head it
@@ -226,6 +234,9 @@ class ModelConfig:
             `final_logits_bias`).
         scale_embeddings: multiply embeddings by sqrt(d_model) (section 3.4).
         layer_norm_eps: epsilon of every LayerNorm.
+        type_vocab_size: token types (BERT's segments A and B) whose learned
+            vectors are added to the encoder's input embeddings; 0 for none.
+        embedding_norm: a LayerNorm on the embedding sum, before its dropout (BERT).
         pad_id, bos_id, eos_id: special token ids of the vocabulary. The decoder
             starts from bos_id, which may equal pad_id (Marian starts from pad).
 
@@ -258,6 +269,8 @@ class ModelConfig:
     output_bias: bool = False
     scale_embeddings: bool = True
     layer_norm_eps: float = 1e-5
+    type_vocab_size: int = 0
+    embedding_norm: bool = False
     pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
@@ -271,6 +284,11 @@ class ModelConfig:
             _positive(name, getattr(self, name))
         for name in ("n_kv_heads", "d_k", "d_v", "n_encoder_layers", "n_decoder_layers"):
             _positive(name, getattr(self, name))
+        if self.type_vocab_size < 0:
+            raise ValueError(
+                f"ModelConfig.type_vocab_size must be >= 0 (0: no token types), "
+                f"got {self.type_vocab_size}"
+            )
         _probability("dropout", self.dropout)
         _probability("attention_dropout", self.attention_dropout)
         if self.layer_norm_eps <= 0:
@@ -391,6 +409,57 @@ class ModelConfig:
     def tiny(cls, vocab_size: int, **overrides: Any) -> ModelConfig:
         """A small model for tests and CPU demos: N=2, d_model 64, d_ff 256, h 4."""
         preset = dict(d_model=64, n_heads=4, d_ff=256, n_layers=2, dropout=0.1, max_len=256)
+        return cls(vocab_size=vocab_size, **{**preset, **overrides})
+
+    # ----- the two descendants: GPT and BERT ----------------------------------
+
+    @classmethod
+    def gpt(cls, vocab_size: int, **overrides: Any) -> ModelConfig:
+        """GPT-2 small (Radford et al. 2019): a decoder-only stack of 12 layers,
+        d_model 768, d_ff 3072, h 12, learned positions up to 1024, pre-norm with a
+        final LayerNorm, GELU (tanh form), dropout 0.1, unscaled embeddings tied to
+        the output."""
+        preset = dict(
+            architecture="decoder_only",
+            d_model=768,
+            n_heads=12,
+            d_ff=3072,
+            n_layers=12,
+            positional="learned",
+            max_len=1024,
+            norm_first=True,
+            activation=Activation.GELU_TANH,
+            dropout=0.1,
+            attention_dropout=0.1,
+            scale_embeddings=False,
+            layer_norm_eps=1e-5,
+        )
+        return cls(vocab_size=vocab_size, **{**preset, **overrides})
+
+    @classmethod
+    def bert(cls, vocab_size: int, **overrides: Any) -> ModelConfig:
+        """BERT-base (Devlin et al. 2019): an encoder-only stack of 12 post-norm layers,
+        d_model 768, d_ff 3072, h 12, learned positions up to 512, two token types,
+        a LayerNorm on the embeddings (eps 1e-12 everywhere), GELU, dropout 0.1,
+        unscaled embeddings tied to the masked-LM output, which has a bias."""
+        preset = dict(
+            architecture="encoder_only",
+            d_model=768,
+            n_heads=12,
+            d_ff=3072,
+            n_layers=12,
+            positional="learned",
+            max_len=512,
+            norm_first=False,
+            activation=Activation.GELU,
+            dropout=0.1,
+            attention_dropout=0.1,
+            scale_embeddings=False,
+            layer_norm_eps=1e-12,
+            type_vocab_size=2,
+            embedding_norm=True,
+            output_bias=True,
+        )
         return cls(vocab_size=vocab_size, **{**preset, **overrides})
 
     # ----- (de)serialisation ---------------------------------------------------

@@ -23,6 +23,10 @@ The frozen model is built for the device the model is on: freeze after moving.
 Blocks are recognised by their attribute names: a layer's `self_attn`,
 `cross_attn` (a `MultiHeadAttention`) and `feed_forward` (a `FeedForward`).
 
+Two shapes freeze: the encoder-decoder (`FrozenTransformer`) and the decoder-only
+language model (`FrozenDecoderOnly`: the same frozen self-attention and
+feed-forward blocks, and its prompt's pass projects only the last position).
+
 Shape legend: B batch, G rows sharing a source row, T query length, S source
 length, D d_model, H heads, Hkv key/value heads, Dk / Dv head sizes.
 """
@@ -45,12 +49,13 @@ from aiayn.attention import (
     split_heads,
 )
 from aiayn.config import Activation
+from aiayn.decoder_only import DecoderOnly, DecoderOnlyDecoding
 from aiayn.layers import FeedForward
 from aiayn.masks import key_mask
 from aiayn.model import Transformer
 from aiayn.positions import PositionScheme
 
-PACK_MIN_ELEMENTS = 1 << 20  # weights from this size may be packed by oneDNN...
+PACK_MIN_ELEMENTS = 1 << 18  # weights from this size (512 x 512) may be packed by oneDNN...
 PACK_MIN_ROWS = 16  # ...when multiplied by this many rows or more
 _FAST_DTYPES = (torch.float32, torch.bfloat16)
 _ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
@@ -67,8 +72,10 @@ class FrozenLinear(nn.Module):
     the bias and ReLU applied inside the kernel. A general matrix product re-packs W
     at every call, which for the few-row products of incremental decoding costs as
     much as the multiplication; oneDNN's fixed cost per call (~15 us) exceeds what
-    packing saves for small weights and few rows (README, "Speed"). Elsewhere
-    (other devices and dtypes) it is `F.linear`.
+    packing saves for small weights and few rows (README, "Speed"). In bfloat16 every
+    weight is packed and every product runs in oneDNN: its bfloat16 kernels beat the
+    general product at all sizes and row counts, one row included (the bf16 rows of
+    benchmarks/bench_generate.py). Elsewhere (other devices and dtypes) it is `F.linear`.
 
     Args:
         weight: (out, in); copied.
@@ -85,15 +92,17 @@ class FrozenLinear(nn.Module):
         self.cpu_fast = weight.device.type == "cpu" and weight.dtype in _FAST_DTYPES
         self.weight = None if self.cpu_fast else weight
         self.weight_t = weight.t().contiguous() if self.cpu_fast else None
-        large = weight.numel() >= PACK_MIN_ELEMENTS
-        self.packed = _onednn_pack(weight) if self.cpu_fast and large and _ONEDNN else None
+        self.always_packed = weight.dtype == torch.bfloat16  # see the class docstring
+        packs = weight.numel() >= PACK_MIN_ELEMENTS or self.always_packed
+        self.packed = _onednn_pack(weight) if self.cpu_fast and packs and _ONEDNN else None
 
     def forward(self, x: Tensor) -> Tensor:
         if not self.cpu_fast or x.dtype != self.weight_t.dtype:
             weight = self.weight if self.weight is not None else self.weight_t.t()
             out = F.linear(x, weight, self.bias)
             return F.relu(out) if self.relu else out
-        if self.packed is not None and math.prod(x.shape[:-1]) >= PACK_MIN_ROWS:
+        rows_enough = self.always_packed or math.prod(x.shape[:-1]) >= PACK_MIN_ROWS
+        if self.packed is not None and rows_enough:
             attr = "relu" if self.relu else "none"
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, attr, [], "")
         rows = x.reshape(-1, self.in_features)
@@ -273,13 +282,8 @@ class FrozenTransformer(Transformer):
     def __init__(self, model: Transformer, dtype: torch.dtype | None = None) -> None:
         nn.Module.__init__(self)
         self.cfg = model.cfg
-        copied = copy.deepcopy(model).requires_grad_(False).eval()
-        if dtype is not None:
-            copied = copied.to(dtype)
-        self.encoder, self.decoder = copied.encoder, copied.decoder
-        for stack in (self.encoder, self.decoder):
-            for layer in stack.layers:
-                _freeze_layer(layer)
+        copied = _inference_copy(model, dtype)
+        self.encoder, self.decoder = _frozen_stack(copied.encoder), _frozen_stack(copied.decoder)
         self.output = FrozenLinear(copied.output_weight(), copied.output_bias)
         self.output_proj = self.output_bias = None
         self.eval()
@@ -303,6 +307,56 @@ class FrozenTransformer(Transformer):
         raise TypeError("a frozen model has no parameters to initialise")
 
 
+class FrozenDecoderOnly(DecoderOnly):
+    """A `DecoderOnly` frozen for inference by `freeze`: same outputs, faster, no parameters."""
+
+    def __init__(self, model: DecoderOnly, dtype: torch.dtype | None = None) -> None:
+        nn.Module.__init__(self)
+        self.cfg = model.cfg
+        copied = _inference_copy(model, dtype)
+        self.decoder = _frozen_stack(copied.decoder)
+        self.output = FrozenLinear(copied.output_weight(), copied.output_bias)
+        self.output_proj = self.output_bias = None
+        self.eval()
+
+    def project(self, hidden: Tensor) -> Tensor:
+        return self.output(hidden)  # (B, T, V)
+
+    def start(self, prompt: Tensor, beam: int = 1) -> DecoderOnlyDecoding:
+        """As `DecoderOnly.start`; the prompt's pass projects its last position only."""
+        return DecoderOnlyDecoding(_LastPosition(self), prompt, beam)
+
+    def reset_parameters(self) -> None:
+        raise TypeError("a frozen model has no parameters to initialise")
+
+
+class _LastPosition:
+    """A decoder-only model seen through the logits of its last position only: the
+    prompt's pass then skips the (T - 1) x V products no search reads."""
+
+    def __init__(self, model: DecoderOnly) -> None:
+        self.model, self.cfg = model, model.cfg
+
+    def new_cache(self):
+        return self.model.new_cache()
+
+    def __call__(self, ids: Tensor, cache=None) -> Tensor:
+        return self.model.project(self.model.hidden(ids, cache)[:, -1:])  # (B, 1, V)
+
+
+def _inference_copy(model: nn.Module, dtype: torch.dtype | None) -> nn.Module:
+    """A deep copy of `model` without gradients, in eval mode, cast to `dtype` if given."""
+    copied = copy.deepcopy(model).requires_grad_(False).eval()
+    return copied if dtype is None else copied.to(dtype)
+
+
+def _frozen_stack(stack: nn.Module) -> nn.Module:
+    """`stack` (an encoder or decoder of an inference copy) with its layers frozen in place."""
+    for layer in stack.layers:
+        _freeze_layer(layer)
+    return stack
+
+
 def _freeze_layer(layer: nn.Module) -> None:
     """Replace a layer's attention and feed-forward blocks by their frozen forms, in place."""
     if isinstance(getattr(layer, "self_attn", None), MultiHeadAttention):
@@ -313,15 +367,25 @@ def _freeze_layer(layer: nn.Module) -> None:
         layer.feed_forward = FrozenFeedForward(layer.feed_forward)
 
 
-def freeze(model: Transformer, dtype: torch.dtype | None = None) -> FrozenTransformer:
+def freeze(
+    model: Transformer | DecoderOnly, dtype: torch.dtype | None = None
+) -> FrozenTransformer | FrozenDecoderOnly:
     """A fast inference copy of `model` (see the module), in `dtype` if given.
 
     Args:
-        model: a trained `Transformer`, on the device it will run on.
+        model: a trained `Transformer` or `DecoderOnly`, on the device it will run on.
         dtype: the frozen weights' floating-point type (e.g. torch.bfloat16);
             unchanged by default.
 
     Returns:
-        A `FrozenTransformer` in eval mode; `model` itself is not changed.
+        A `FrozenTransformer` or `FrozenDecoderOnly` in eval mode; `model` itself is
+        not changed.
+
+    Raises:
+        TypeError: a model of another shape.
     """
-    return FrozenTransformer(model, dtype)
+    if isinstance(model, DecoderOnly):
+        return FrozenDecoderOnly(model, dtype)
+    if isinstance(model, Transformer):
+        return FrozenTransformer(model, dtype)
+    raise TypeError(f"freeze takes a Transformer or a DecoderOnly, not a {type(model).__name__}")

@@ -9,6 +9,7 @@ Layers receive their sub-modules ready-made; `aiayn.model` builds them from a co
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -25,8 +26,14 @@ if TYPE_CHECKING:
 _ACTIVATIONS: dict[Activation, Callable[[Tensor], Tensor]] = {
     Activation.RELU: F.relu,
     Activation.GELU: F.gelu,
+    Activation.GELU_TANH: functools.partial(F.gelu, approximate="tanh"),
     Activation.SWISH: F.silu,
 }
+
+
+def activation_function(kind: Activation) -> Callable[[Tensor], Tensor]:
+    """The non-linearity `kind` as a function of a tensor."""
+    return _ACTIVATIONS[Activation(kind)]
 
 
 class FeedForward(nn.Module):
@@ -37,7 +44,7 @@ class FeedForward(nn.Module):
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
         self.activation_kind = Activation(activation)
-        self.activation = _ACTIVATIONS[self.activation_kind]
+        self.activation = activation_function(self.activation_kind)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.linear2(self.activation(self.linear1(x)))  # (B, L, F) inside

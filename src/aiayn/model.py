@@ -59,22 +59,67 @@ class Embedding(nn.Module):
     """Token embeddings times sqrt(d_model), plus positions, then dropout (sections 3.4, 3.5).
 
     `positions` is the stack's position scheme; schemes that act inside attention
-    (rotary, relative, ALiBi) add nothing here.
+    (rotary, relative, ALiBi) add nothing here. BERT adds two things the paper has
+    not: learned token-type (segment) vectors in the sum, and a LayerNorm on the sum
+    before the dropout.
+
+    Args:
+        tokens: the (V, D) token embedding (shared with other stacks when tied).
+        positions: the stack's position scheme.
+        dropout: P_drop on the sum.
+        scale: multiply the token embeddings by sqrt(D).
+        token_types: a (type_vocab_size, D) embedding of token types, or None.
+        norm: a LayerNorm on the sum, or None.
     """
 
     def __init__(
-        self, tokens: nn.Embedding, positions: PositionScheme, dropout: float, scale: bool
+        self,
+        tokens: nn.Embedding,
+        positions: PositionScheme,
+        dropout: float,
+        scale: bool,
+        token_types: nn.Embedding | None = None,
+        norm: nn.LayerNorm | None = None,
     ):
         super().__init__()
         self.tokens = tokens
         self.positions = positions
+        self.token_types = token_types
+        self.norm = norm
         self.dropout = Dropout(dropout)
         self.scale = math.sqrt(tokens.embedding_dim) if scale else 1.0
 
-    def forward(self, ids: Tensor, offset: int = 0) -> Tensor:
+    def forward(self, ids: Tensor, offset: int = 0, token_types: Tensor | None = None) -> Tensor:
+        """ids: (B, L); token_types: (B, L) or None (type 0 everywhere). Returns (B, L, D)."""
         x = self.tokens(ids) * self.scale  # (B, L, D)
         added = self.positions.embeddings(ids.size(1), offset)  # (L, D) or None
-        return self.dropout(x if added is None else x + added)
+        if added is not None:
+            x = x + added
+        if self.token_types is not None:
+            types = torch.zeros_like(ids) if token_types is None else token_types
+            x = x + self.token_types(types)
+        elif token_types is not None:
+            raise ValueError("token_types given to a model without them (type_vocab_size 0)")
+        if self.norm is not None:
+            x = self.norm(x)
+        return self.dropout(x)
+
+
+def _embedding(cfg: ModelConfig, tokens: nn.Embedding, causal: bool) -> Embedding:
+    """A stack's embedding: its position scheme, and BERT's token types and LayerNorm
+    when the config has them (token types: the encoder's input only)."""
+    token_types = None
+    if cfg.type_vocab_size > 0 and not causal:
+        token_types = nn.Embedding(cfg.type_vocab_size, cfg.d_model)
+    norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.embedding_norm else None
+    return Embedding(
+        tokens,
+        build_positions(cfg.positional, cfg, causal=causal),
+        cfg.dropout,
+        cfg.scale_embeddings,
+        token_types,
+        norm,
+    )
 
 
 def attention_positions(
@@ -138,8 +183,7 @@ class Encoder(nn.Module):
 
     def __init__(self, cfg: ModelConfig, tokens: nn.Embedding) -> None:
         super().__init__()
-        positions = build_positions(cfg.positional, cfg, causal=False)
-        self.embedding = Embedding(tokens, positions, cfg.dropout, cfg.scale_embeddings)
+        self.embedding = _embedding(cfg, tokens, causal=False)
         self.layers = nn.ModuleList(
             EncoderLayer(
                 _attention(cfg, f"encoder.{i}.self"),
@@ -154,10 +198,15 @@ class Encoder(nn.Module):
         self.final_norm = _final_norm(cfg)
 
     def forward(
-        self, src: Tensor, mask: Tensor | None, need_weights: bool = False
+        self,
+        src: Tensor,
+        mask: Tensor | None,
+        need_weights: bool = False,
+        token_types: Tensor | None = None,
     ) -> tuple[Tensor, list[Tensor]]:
-        """src: (B, S) ids; mask: bool (B, 1, 1, S) or None. Returns (B, S, D), per-layer weights."""
-        x = self.embedding(src)
+        """src: (B, S) ids; mask: bool (B, 1, 1, S) or None; token_types: (B, S) or None.
+        Returns (B, S, D), per-layer weights."""
+        x = self.embedding(src, token_types=token_types)
         rotary, bias = attention_positions(self.embedding.positions, src.size(1), src.size(1))
         all_weights = []
         for layer in self.layers:
@@ -168,16 +217,19 @@ class Encoder(nn.Module):
 
 
 class Decoder(nn.Module):
-    """N identical layers of causal self-attention, encoder-decoder attention and feed-forward."""
+    """N identical layers of causal self-attention, encoder-decoder attention and feed-forward.
 
-    def __init__(self, cfg: ModelConfig, tokens: nn.Embedding) -> None:
+    Without `cross_attention` it is GPT's stack: causal self-attention and
+    feed-forward only, over one token stream (`aiayn.decoder_only`).
+    """
+
+    def __init__(self, cfg: ModelConfig, tokens: nn.Embedding, cross_attention: bool = True):
         super().__init__()
-        positions = build_positions(cfg.positional, cfg, causal=True)
-        self.embedding = Embedding(tokens, positions, cfg.dropout, cfg.scale_embeddings)
+        self.embedding = _embedding(cfg, tokens, causal=True)
         self.layers = nn.ModuleList(
             DecoderLayer(
                 _attention(cfg, f"decoder.{i}.self"),
-                _attention(cfg, f"decoder.{i}.cross"),
+                _attention(cfg, f"decoder.{i}.cross") if cross_attention else None,
                 _feed_forward(cfg),
                 cfg.d_model,
                 cfg.dropout,
@@ -191,7 +243,7 @@ class Decoder(nn.Module):
     def forward(
         self,
         tgt: Tensor,
-        memory: Tensor,
+        memory: Tensor | None,
         memory_mask: Tensor | None,
         cache: KVCache | None = None,
         need_weights: bool = False,
@@ -200,13 +252,14 @@ class Decoder(nn.Module):
 
         Args:
             tgt: (B, T) ids.
-            memory: (B, S, D) encoder output.
+            memory: (B, S, D) encoder output (None without cross-attention).
             memory_mask: bool (B, 1, 1, S), True at real source tokens, or None.
             cache: the key/value stores, filled and extended in place.
             need_weights: also return the attention weights.
 
         Returns:
-            (B, T, D) states, per-layer self-attention and cross-attention weights.
+            (B, T, D) states, per-layer self-attention and cross-attention weights
+            (the latter empty without cross-attention).
         """
         offset = 0 if cache is None else cache.length
         x = self.embedding(tgt, offset)
@@ -215,18 +268,54 @@ class Decoder(nn.Module):
         self_maps, cross_maps = [], []
         for i, layer in enumerate(self.layers):
             self_cache = None if cache is None else cache.self_attention[i]
-            cross_cache = None if cache is None else cache.cross_attention[i]
+            has_cross = cache is not None and bool(cache.cross_attention)
+            cross_cache = cache.cross_attention[i] if has_cross else None
             x, self_weights, cross_weights = layer(
                 x, memory, memory_mask, self_cache, cross_cache, need_weights, rotary, bias
             )
             if need_weights:
                 self_maps.append(self_weights)
-                cross_maps.append(cross_weights)
+                if cross_weights is not None:
+                    cross_maps.append(cross_weights)
         return self.final_norm(x), self_maps, cross_maps
 
 
+class PreSoftmaxProjection(nn.Module):
+    """The last linear map of a model shape, hidden states to logits (section 3.4).
+
+    Its (V, D) matrix is the token embedding (`output_embedding`) when
+    `cfg.tie_output`, else a matrix of its own, `output_proj`; `output_bias` is
+    added with `cfg.output_bias`. Subclasses call `build_output(cfg)` in
+    `__init__` and say which embedding is tied.
+    """
+
+    def build_output(self, cfg: ModelConfig) -> None:
+        self.output_proj = (
+            None if cfg.tie_output else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        )
+        self.output_bias = nn.Parameter(torch.zeros(cfg.vocab_size)) if cfg.output_bias else None
+
+    def output_embedding(self) -> nn.Embedding:
+        """The token embedding the output matrix is tied to."""
+        raise NotImplementedError
+
+    def project(self, hidden: Tensor) -> Tensor:
+        """The pre-softmax linear map: (B, T, D) states to (B, T, V) logits."""
+        return nn.functional.linear(hidden, self.output_weight(), self.output_bias)
+
+    def output_weight(self) -> Tensor:
+        """The (V, D) pre-softmax matrix: the tied embedding's, or `output_proj`'s."""
+        if self.output_proj is None:
+            return self.output_embedding().weight
+        return self.output_proj.weight
+
+    def num_parameters(self) -> int:
+        """Distinct trainable parameters (a tied matrix counts once)."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+
 @register_model("encoder_decoder")
-class Transformer(nn.Module):
+class Transformer(PreSoftmaxProjection):
     """The encoder-decoder Transformer of "Attention Is All You Need".
 
     Args:
@@ -249,10 +338,7 @@ class Transformer(nn.Module):
         )
         self.encoder = Encoder(cfg, src_tokens)
         self.decoder = Decoder(cfg, tgt_tokens)
-        self.output_proj = (
-            None if cfg.tie_output else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        )
-        self.output_bias = nn.Parameter(torch.zeros(cfg.vocab_size)) if cfg.output_bias else None
+        self.build_output(cfg)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -316,15 +402,9 @@ class Transformer(nn.Module):
         hidden, _, _ = self.decoder(tgt, encoded.hidden, memory_mask, cache)
         return self.project(hidden)
 
-    def project(self, hidden: Tensor) -> Tensor:
-        """The pre-softmax linear map: (B, T, D) states to (B, T, V) logits."""
-        return nn.functional.linear(hidden, self.output_weight(), self.output_bias)
-
-    def output_weight(self) -> Tensor:
-        """The (V, D) pre-softmax matrix: the target embedding when tied (section 3.4)."""
-        if self.output_proj is None:
-            return self.decoder.embedding.tokens.weight
-        return self.output_proj.weight
+    def output_embedding(self) -> nn.Embedding:
+        """The target embedding: the pre-softmax matrix when tied (section 3.4)."""
+        return self.decoder.embedding.tokens
 
     def source_mask(self, real_tokens: Tensor) -> Tensor:
         """The (B, 1, 1, S) key mask over the source: True at real tokens."""
@@ -348,18 +428,45 @@ class Transformer(nn.Module):
         _, decoder_maps, cross_maps = self.decoder(tgt_in, hidden, mask, need_weights=True)
         return AttentionMaps(encoder_maps, decoder_maps, cross_maps)
 
-    def num_parameters(self) -> int:
-        """Distinct trainable parameters (a tied matrix counts once)."""
-        return sum(p.numel() for p in self.parameters() if p.requires_grad)
-
     def _check_length(self, ids: Tensor, side: str, offset: int = 0) -> None:
-        if ids.dim() != 2:
-            raise ValueError(f"{side} ids must be (batch, length), got shape {tuple(ids.shape)}")
-        if offset + ids.size(1) > self.cfg.max_len:
-            raise ValueError(
-                f"{side} sequence of {offset + ids.size(1)} tokens is longer than the model's "
-                f"max_len={self.cfg.max_len}"
-            )
+        check_ids(ids, side, self.cfg.max_len, offset)
+
+
+def check_ids(ids: Tensor, side: str, max_len: int, offset: int = 0) -> None:
+    """Refuse ids that are not (batch, length) or run past `max_len` after `offset` cached ones.
+
+    Raises:
+        ValueError: naming `side` ("source", "target", "input") and the lengths.
+    """
+    if ids.dim() != 2:
+        raise ValueError(f"{side} ids must be (batch, length), got shape {tuple(ids.shape)}")
+    if offset + ids.size(1) > max_len:
+        raise ValueError(
+            f"{side} sequence of {offset + ids.size(1)} tokens is longer than the model's "
+            f"max_len={max_len}"
+        )
+
+
+def normal_initialisation(model: nn.Module, std: float = 0.02) -> None:
+    """GPT's and BERT's initialisation: every linear and embedding weight from N(0, std),
+    biases zero, LayerNorms weight 1 and bias 0, the padding row zero. Position schemes
+    keep their own (`PositionScheme.reset_parameters`)."""
+    schemes = [m for m in model.modules() if isinstance(m, PositionScheme)]
+    inside_schemes = {id(m) for scheme in schemes for m in scheme.modules()}
+    for module in model.modules():
+        if id(module) in inside_schemes:
+            continue
+        if isinstance(module, nn.Linear | nn.Embedding):
+            nn.init.normal_(module.weight, std=std)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+        if isinstance(module, nn.LayerNorm):
+            module.reset_parameters()
+        if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+            with torch.no_grad():
+                module.weight[module.padding_idx].zero_()
+    for scheme in schemes:
+        scheme.reset_parameters()
 
 
 class EncoderDecoderDecoding:

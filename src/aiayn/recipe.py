@@ -3,7 +3,7 @@
     data:                     # where the examples come from and what is learned
       corpus: DIR             #   a directory from `aiayn prepare`
       task: translation       #   a key of `aiayn.tasks.TASKS` (default: translation)
-    model: {preset: base, ...}   # `ModelConfig` fields (preset: tiny | base | big)
+    model: {preset: base, ...}   # `ModelConfig` fields (preset: tiny | base | big | gpt | bert)
     train: {max_steps: ..., ...} # `TrainConfig` fields
 
 A run directory keeps the resolved recipe as RUN/config.yaml (every model and train
@@ -25,7 +25,7 @@ from aiayn.config import ModelConfig, TrainConfig, config_fields, plain
 from aiayn.tasks import DEFAULT_TASK, TASKS
 
 CONFIG_FILE = "config.yaml"
-PRESETS = ("tiny", "base", "big")
+PRESETS = ("tiny", "base", "big", "gpt", "bert")
 DATA_KEYS = ("corpus", "task")
 RESUMABLE_KEYS = ("train.max_steps", "train.max_epochs", "train.max_minutes")
 # Keys added after runs were made: a run's config.yaml without one holds this value.
@@ -38,7 +38,7 @@ class Recipe:
 
     Attributes:
         corpus: a directory prepared by `aiayn prepare` (absolute).
-        model: `preset` (tiny | base | big, optional) and any `ModelConfig` fields;
+        model: `preset` (tiny | base | big | gpt | bert, optional) and any `ModelConfig` fields;
             vocab_size and the special ids come from the corpus's subword model
             when absent.
         train: the training settings.

@@ -186,6 +186,7 @@ class Trainer:
             bar = ProgressBar(self.config.max_steps, start_step, enabled=self.progress)
             policy = StopPolicy(self.config, start_step, self.device)
             with StopSignals() as signals, self._metrics:
+                self._log_data()
                 stopped = self._train(network, policy, signals, bar)
                 bar.close()
                 self._finish(stopped, start_step)
@@ -393,6 +394,14 @@ class Trainer:
 
     def _autocast(self) -> contextlib.AbstractContextManager:
         return autocast(self.precision, self.device)
+
+    def _log_data(self) -> None:
+        """The training data's size and padding share, in train.log."""
+        log.info(
+            "%d batches per epoch per process, %.1f%% of their positions padding",
+            len(self.train_data),
+            100 * self.train_data.padding_fraction(),
+        )
 
     def _log_train(self, metrics: dict[str, float]) -> None:
         metrics = {

@@ -10,6 +10,10 @@ model's fast default path. Rows are queries, columns keys: encoder self-attentio
 is source x source, decoder self-attention target x target (causal), and
 encoder-decoder attention target x source. Target rows are labelled with the
 decoder's input tokens (bos first), each row deciding the next token.
+
+A one-stack model has one kind: `plot_self_attention` draws a decoder-only (GPT)
+model's causal self-attention, or an encoder-only (BERT) model's bidirectional
+one, over the sequence as the model reads it.
 """
 
 from __future__ import annotations
@@ -160,3 +164,41 @@ def plot_translation_attention(
             lambda tmp, fig=fig: fig.savefig(tmp, dpi=100, format="png"),
         )
     return paths
+
+
+def plot_self_attention(
+    model: torch.nn.Module,
+    ids: Tensor,
+    pieces: Sequence[str],
+    out_dir: str | Path,
+    layers: Sequence[int] | None = None,
+    heads: Sequence[int] | None = None,
+) -> dict[AttentionKind, Path]:
+    """Heat maps of a one-stack model's self-attention over one sequence, saved as PNG.
+
+    A decoder-only model (GPT) has causal self-attention only: `decoder.png`. An
+    encoder-only model (BERT) has bidirectional self-attention only: `encoder.png`.
+
+    Args:
+        model: a `DecoderOnly` or `EncoderOnly` (its `attention_maps(ids)`).
+        ids: (1, T) the sequence as the model reads it.
+        pieces: its T pieces, for the axes.
+        out_dir: where the PNG goes.
+        layers, heads: restrict the grid (0-based); all by default.
+
+    Returns:
+        The PNG path of the one kind drawn.
+    """
+    with torch.no_grad():
+        maps = model.attention_maps(ids)
+    if maps.decoder:
+        kind, weights, title = AttentionKind.DECODER, maps.decoder, "causal self-attention"
+    else:
+        kind, weights, title = AttentionKind.ENCODER, maps.encoder, "self-attention"
+    fig = plot_attention(
+        weights, pieces, pieces, f"{title} ({model.cfg.architecture})", layers, heads
+    )
+    path = write_file_atomic(
+        Path(out_dir) / f"{kind.value}.png", lambda tmp: fig.savefig(tmp, dpi=100, format="png")
+    )
+    return {kind: path}

@@ -37,7 +37,12 @@ from aiayn.data.corpus import (
     read_parallel,
     read_tsv,
 )
-from aiayn.data.tokenizer import TOKENIZER_FILE, Tokenizer, train_tokenizer
+from aiayn.data.tokenizer import (
+    TOKENIZER_FILE,
+    SentencePieceTokenizer,
+    Tokenizer,
+    train_tokenizer,
+)
 from aiayn.files import lines_text, write_atomic
 
 log = logging.getLogger(__name__)
@@ -156,6 +161,34 @@ def _token_counts(
     return counts
 
 
+def special_ids(tokenizer: SentencePieceTokenizer) -> dict[str, int]:
+    """The special ids a corpus's stats.json records."""
+    return {
+        "pad_id": tokenizer.pad_id,
+        "bos_id": tokenizer.bos_id,
+        "eos_id": tokenizer.eos_id,
+        "unk_id": tokenizer.unk_id,
+    }
+
+
+def write_corpus(
+    out: Path,
+    tokenizer: SentencePieceTokenizer,
+    files: dict[str, Sequence[str]],
+    summary: dict,
+    corpus: dict,
+) -> None:
+    """Write a computed corpus into `out`: the subword model, the text files (name ->
+    lines), stats.json (`summary`) and corpus.json (`corpus`), each atomically and
+    corpus.json last, so that a directory with a corpus.json is always whole."""
+    (out / CORPUS_FILE).unlink(missing_ok=True)
+    write_atomic(out / TOKENIZER_FILE, tokenizer.path.read_bytes())
+    for name, lines in files.items():
+        write_atomic(out / name, lines_text(lines))
+    write_atomic(out / STATS_FILE, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    write_atomic(out / CORPUS_FILE, json.dumps(corpus, indent=2) + "\n")
+
+
 def prepare_corpus(
     splits: dict[str, Sequence[tuple[str, str]]],
     out: str | Path,
@@ -240,12 +273,7 @@ def prepare_corpus(
             "source": source or {},
             "config": asdict(config),
             "vocab_size": tokenizer.vocab_size,
-            "special_ids": {
-                "pad_id": tokenizer.pad_id,
-                "bos_id": tokenizer.bos_id,
-                "eos_id": tokenizer.eos_id,
-                "unk_id": tokenizer.unk_id,
-            },
+            "special_ids": special_ids(tokenizer),
             "splits": {name: asdict(stats[name]) for name in SPLITS},
             "seconds": round(time.perf_counter() - started, 2),
         }
@@ -256,15 +284,11 @@ def prepare_corpus(
             "splits": {name: [f"{name}.{src_lang}", f"{name}.{tgt_lang}"] for name in SPLITS},
             "stats": STATS_FILE,
         }
-        # Everything is computed; write it into place, corpus.json last, so that a
-        # directory with a corpus.json is always whole.
-        (out / CORPUS_FILE).unlink(missing_ok=True)
-        write_atomic(out / TOKENIZER_FILE, tokenizer.path.read_bytes())
+        files = {}
         for name, pairs in kept.items():
-            write_atomic(out / f"{name}.{src_lang}", lines_text(s for s, _ in pairs))
-            write_atomic(out / f"{name}.{tgt_lang}", lines_text(t for _, t in pairs))
-        write_atomic(out / STATS_FILE, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
-        write_atomic(out / CORPUS_FILE, json.dumps(corpus, indent=2) + "\n")
+            files[f"{name}.{src_lang}"] = [s for s, _ in pairs]
+            files[f"{name}.{tgt_lang}"] = [t for _, t in pairs]
+        write_corpus(out, tokenizer, files, summary, corpus)
     log.info(
         "prepared %s: %s",
         out,

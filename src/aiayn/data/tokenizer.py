@@ -148,6 +148,7 @@ def train_tokenizer(
     sample_size: int = 2_000_000,
     character_coverage: float = 1.0,
     seed: int = 0,
+    user_defined_symbols: Sequence[str] = (),
 ) -> SentencePieceTokenizer:
     """Train one shared subword model on a bounded random sample of `texts`.
 
@@ -159,6 +160,8 @@ def train_tokenizer(
         sample_size: at most this many sentences are used (reservoir sample).
         character_coverage: share of characters covered by the vocabulary.
         seed: fixes the sample.
+        user_defined_symbols: pieces kept whole, with ids right after unk (e.g. BERT's
+            "[CLS]", "[SEP]", "[MASK]"; see `aiayn.data.lm`).
 
     Returns:
         The trained tokenizer.
@@ -183,6 +186,7 @@ def train_tokenizer(
         bos_id=BOS_ID,
         eos_id=EOS_ID,
         unk_id=UNK_ID,
+        user_defined_symbols=list(user_defined_symbols),
         input_sentence_size=0,  # all of `sample`, already bounded (spm rejects 1..100)
         shuffle_input_sentence=False,
         num_threads=2,

@@ -12,15 +12,22 @@ from collections.abc import Callable
 
 from aiayn.config import ModelConfig
 from aiayn.tasks.base import Batches, Task, TaskBatch, TaskData, evaluate_task
+from aiayn.tasks.lm import LanguageModelTask
+from aiayn.tasks.lm_translation import DecoderOnlyTranslationTask
+from aiayn.tasks.mlm import MaskedLanguageModelTask
 from aiayn.tasks.translation import BleuSet, TranslationTask
 
 __all__ = [
-    "DEFAULT_TASK", "TASKS", "Batches", "BleuSet", "Task", "TaskBatch", "TaskData",
+    "DEFAULT_TASK", "TASKS", "Batches", "BleuSet", "DecoderOnlyTranslationTask",
+    "LanguageModelTask", "MaskedLanguageModelTask", "Task", "TaskBatch", "TaskData",
     "TranslationTask", "build_task", "evaluate_task",
 ]  # fmt: skip
 
 TASKS: dict[str, Callable[[ModelConfig], Task]] = {
     TranslationTask.name: TranslationTask,
+    LanguageModelTask.name: LanguageModelTask,
+    MaskedLanguageModelTask.name: MaskedLanguageModelTask,
+    DecoderOnlyTranslationTask.name: DecoderOnlyTranslationTask,
 }
 DEFAULT_TASK = TranslationTask.name
 

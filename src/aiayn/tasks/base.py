@@ -7,7 +7,8 @@ The trainer (loop, precision, DDP, checkpoints, stop rules, metrics) calls only 
 methods below, so a new kind of training is a new module in `aiayn.tasks` plus one
 line in `aiayn.tasks.TASKS`; the trainer does not change.
 
-A language-modelling task on a decoder-only model, for example, would be:
+A language-modelling task on a decoder-only model, for example, is in outline
+(`aiayn.tasks.lm.LanguageModelTask`; `mlm` and `lm_translation` are its siblings):
 
     class LanguageModelTask:
         name = "lm"
@@ -64,6 +65,10 @@ class Batches(Protocol):
     def epoch(self, epoch: int, skip: int = 0) -> Iterator[TaskBatch]:
         """This process's batches of `epoch` after the first `skip`, in a fixed order
         given the epoch (so that a resumed run reads what an uninterrupted one would)."""
+        ...
+
+    def padding_fraction(self) -> float:
+        """Share of one epoch's batch positions that are padding (the trainer logs it)."""
         ...
 
 
