@@ -455,6 +455,73 @@ def serve(name: str) -> str:
     return settings + "\n\n" + table(headers, rows) + "\n\n" + source(name, data)
 
 
+SHAPE_NAMES = {
+    "encdec": ("encoder-decoder (the paper)", "`bible-en-es-cpu`"),
+    "gpt-translate": ("decoder-only translator", "`gpt-translate-bible-en-es-cpu`"),
+    "gpt": ("GPT (decoder-only LM)", "`gpt-bible-en-cpu`"),
+    "bert": ("BERT (encoder-only MLM)", "`bert-bible-en-cpu`"),
+    "bert-prenorm": ("BERT, pre-norm", "`bert-bible-en-cpu` `model.norm_first=true`"),
+}
+
+
+def shapes() -> str:
+    """bench_shapes.py: one row per model shape, each trained with its recipe."""
+    data = load("shapes")
+    runs = {r["shape"]: r for r in data["runs"]}
+    rows = []
+    for key, (label, recipe) in SHAPE_NAMES.items():
+        if key not in runs:
+            continue
+        r, test = runs[key], runs[key]["test"]
+        if "greedy_bleu" in test:
+            score = f"{test['greedy_bleu']:.2f} BLEU (greedy, en→es)"
+        elif "masked_accuracy" in test:
+            score = f"masked-token accuracy {100 * test['masked_accuracy']:.1f}%"
+        else:
+            score = f"perplexity {test['ppl']:.1f}"
+        rows.append(
+            [
+                label,
+                recipe,
+                f"{r['parameters']:,}",
+                f"{r['steps']:,}",
+                f"{r['epochs']:.2f}",
+                f"{number(r['tokens_per_s'])} ({number(r['target_tokens_per_s'])})",
+                score,
+            ]
+        )
+    headers = ["shape", "recipe", "parameters", "updates", "epochs"]
+    headers += ["training tokens/s (target tokens/s)", "test"]
+    return (
+        table(headers, rows) + f"\n\nConditions: {data['conditions']}.\n\n" + source("shapes", data)
+    )
+
+
+def generate(name: str) -> str:
+    """bench_generate.py: aiayn's tokens/s against transformers' generate, same weights."""
+    data = load(name)
+    cells: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
+    for r in data["results"]:
+        cells.setdefault((r["size"], r["batch"]), {})[r["system"]] = r
+    rows = []
+    for (size, batch), by in cells.items():
+        ours, ours16 = by["aiayn"], by["aiayn-bf16"]  # ratios: medians over rounds
+        rows.append(
+            [
+                "GPT-2 small" if size == "gpt2-small" else size,
+                str(batch),
+                number(ours["tokens_per_s"]),
+                number(ours16["tokens_per_s"]),
+                f"**{ratio(ours['speedup_vs_hf_fp32'])}**",
+                ratio(ours16["speedup_vs_hf_fp32"], "†"),
+                ratio(ours16["speedup_vs_hf"]),
+            ]
+        )
+    headers = ["shape", "batch", "aiayn fp32 tok/s", "aiayn bf16 tok/s"]
+    headers += ["aiayn / HF, fp32", "aiayn bf16 / HF fp32", "aiayn / HF, bf16"]
+    return table(headers, rows) + "\n\n† across precisions.\n\n" + source(name, data)
+
+
 def span(values: list[float]) -> str:
     low, high = min(values), max(values)
     return ratio(low) if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}x to {high:.2f}x"
@@ -575,6 +642,9 @@ TABLES: dict[str, Callable[[], str]] = {
     "serve": lambda: serve("serve"),
     "serve-greedy": lambda: serve("serve-greedy"),
     "serve-wait50": lambda: serve("serve-wait50"),
+    "shapes": shapes,
+    "generate": lambda: generate("generate"),
+    "generate-1thread": lambda: generate("generate-1thread"),
 }
 
 
