@@ -14,26 +14,18 @@ vocabulary at its position, the other masks left as [MASK].
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
 from aiayn.data.lm import CLS, MASK, SEP, symbol_ids
 from aiayn.data.tokenizer import Tokenizer
-from aiayn.model_use import (
-    ENCODER_ONLY,
-    check_shape,
-    check_tokenizer_fits,
-    load_shape,
-    run_tokenizer,
-)
+from aiayn.model_use import ENCODER_ONLY, ModelUser, check_shape, check_tokenizer_fits
 
 
 class FillError(ValueError):
     """A query the model cannot fill (no [MASK], too long)."""
 
 
-class MaskFiller:
+class MaskFiller(ModelUser):
     """An encoder-only model with an MLM head and its tokenizer, ready to fill masks.
 
     Args:
@@ -45,6 +37,9 @@ class MaskFiller:
     Raises:
         ValueError: the model is of another shape, or the tokenizer does not fit it.
     """
+
+    SHAPE = ENCODER_ONLY
+    HF_LOADER = "load_bert"
 
     def __init__(
         self,
@@ -63,42 +58,6 @@ class MaskFiller:
         self.device = torch.device(device)
         self.model = model.to(self.device, dtype=dtype).eval()
         self.tokenizer = tokenizer
-
-    @classmethod
-    def load(
-        cls,
-        run_or_weights: str | Path,
-        device: str | torch.device = "cpu",
-        dtype: torch.dtype | None = None,
-    ) -> MaskFiller:
-        """A run directory, a checkpoint directory or a weights file, with its tokenizer
-        (the run's spm.model, or the Hugging Face files beside the weights).
-
-        Raises:
-            FileNotFoundError: no checkpoint or tokenizer.
-            ValueError: a corrupt checkpoint, or one of another shape (a GPT run).
-        """
-        model, weights = load_shape(run_or_weights, ENCODER_ONLY)
-        return cls(model, run_tokenizer(weights), device, dtype)
-
-    @classmethod
-    def from_hf(
-        cls,
-        directory: str | Path,
-        device: str | torch.device = "cpu",
-        dtype: torch.dtype | None = None,
-    ) -> MaskFiller:
-        """A BERT directory as `transformers` saves it (config, weights, vocab.txt...).
-
-        Raises:
-            FileNotFoundError: a file is missing.
-            ValueError: naming a config field the conversion does not cover.
-        """
-        from aiayn.hf_models import load_bert
-        from aiayn.hf_tokenizer import HFTokenizer
-
-        model, _ = load_bert(directory)
-        return cls(model, HFTokenizer(directory), device, dtype)
 
     def encode(self, text: str) -> list[int]:
         """[CLS] + the text's ids, each "[MASK]" as the mask id (+ eos) + [SEP].

@@ -23,20 +23,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 
 import torch
 
 from aiayn.config import ModelConfig
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.inference import freeze
-from aiayn.model_use import (
-    DECODER_ONLY,
-    check_shape,
-    check_tokenizer_fits,
-    load_shape,
-    run_tokenizer,
-)
+from aiayn.model_use import DECODER_ONLY, ModelUser, check_shape, check_tokenizer_fits
 from aiayn.search import Picker, TokenRules, greedy_pick, next_log_probs, sampling_picker
 
 log = logging.getLogger(__name__)
@@ -48,7 +41,7 @@ class PromptError(ValueError):
     """A prompt the model cannot continue (empty, or too long)."""
 
 
-class Generator:
+class Generator(ModelUser):
     """A decoder-only model and its tokenizer, ready to continue prompts.
 
     `model` is kept (eval mode, on `device`) for what needs the literal model (attention
@@ -64,6 +57,9 @@ class Generator:
         ValueError: the model is of another shape, or the tokenizer does not fit it.
     """
 
+    SHAPE = DECODER_ONLY
+    HF_LOADER = "load_gpt2"
+
     def __init__(
         self,
         model: torch.nn.Module,
@@ -78,45 +74,6 @@ class Generator:
         self.model = model.to(self.device, dtype=dtype).eval()
         self.engine = freeze(self.model)
         self.tokenizer = tokenizer
-
-    @classmethod
-    def load(
-        cls,
-        run_or_weights: str | Path,
-        device: str | torch.device = "cpu",
-        dtype: torch.dtype | None = None,
-    ) -> Generator:
-        """A run directory, a checkpoint directory or a weights file, with its tokenizer.
-
-        The weights are those `aiayn.checkpoint.resolve_weights` picks; the tokenizer is
-        the run's spm.model, or the Hugging Face tokenizer files beside the weights (a
-        directory written by `aiayn convert gpt2`).
-
-        Raises:
-            FileNotFoundError: no checkpoint or tokenizer.
-            ValueError: a corrupt checkpoint, or one of another shape (a translation run).
-        """
-        model, weights = load_shape(run_or_weights, DECODER_ONLY)
-        return cls(model, run_tokenizer(weights), device, dtype)
-
-    @classmethod
-    def from_hf(
-        cls,
-        directory: str | Path,
-        device: str | torch.device = "cpu",
-        dtype: torch.dtype | None = None,
-    ) -> Generator:
-        """A GPT-2 directory as `transformers` saves it (config, weights, tokenizer files).
-
-        Raises:
-            FileNotFoundError: a file is missing.
-            ValueError: naming a config field the conversion does not cover.
-        """
-        from aiayn.hf_models import load_gpt2
-        from aiayn.hf_tokenizer import HFTokenizer
-
-        model, _ = load_gpt2(directory)
-        return cls(model, HFTokenizer(directory), device, dtype)
 
     # ----- generating ---------------------------------------------------------
 

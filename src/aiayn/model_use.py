@@ -12,8 +12,11 @@ one line that names the shape found and the user that runs it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, ClassVar
 
+import torch
 from torch import nn
 
 from aiayn.checkpoint import find_in_run, load_model, read_config, resolve_weights
@@ -104,3 +107,56 @@ def run_tokenizer(weights: Path) -> Tokenizer:
         f"no tokenizer for {weights}: neither {TOKENIZER_FILE} in its run nor Hugging Face "
         f"tokenizer files ({', '.join(HF_TOKENIZER_FILES)}) beside it"
     )
+
+
+class ModelUser:
+    """`load` and `from_hf` for a class that runs one model shape (`Generator`, `MaskFiller`).
+
+    A subclass names its `SHAPE` and its Hugging Face loader (`aiayn.hf_models.load_gpt2`
+    or `load_bert`, by name: imported only when used), and takes
+    `(model, tokenizer, device, dtype)` in its constructor.
+    """
+
+    SHAPE: ClassVar[str]
+    HF_LOADER: ClassVar[str]
+
+    @classmethod
+    def load(
+        cls,
+        run_or_weights: str | Path,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype | None = None,
+    ) -> Any:
+        """A run directory, a checkpoint directory or a weights file, with its tokenizer.
+
+        The weights are those `aiayn.checkpoint.resolve_weights` picks; the tokenizer is
+        the run's spm.model, or the Hugging Face tokenizer files beside the weights (a
+        directory written by `aiayn convert gpt2 / bert`).
+
+        Raises:
+            FileNotFoundError: no checkpoint or tokenizer.
+            ValueError: a corrupt checkpoint, or one of another shape (`WrongShapeError`).
+        """
+        model, weights = load_shape(run_or_weights, cls.SHAPE)
+        return cls(model, run_tokenizer(weights), device, dtype)
+
+    @classmethod
+    def from_hf(
+        cls,
+        directory: str | Path,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype | None = None,
+    ) -> Any:
+        """A directory as `transformers` saves it (config, weights, tokenizer files).
+
+        Raises:
+            FileNotFoundError: a file is missing.
+            ValueError: naming a config field the conversion does not cover.
+        """
+        import aiayn.hf_models
+        from aiayn.hf_tokenizer import HFTokenizer
+
+        loader: Callable[[str | Path], tuple[nn.Module, ModelConfig]]
+        loader = getattr(aiayn.hf_models, cls.HF_LOADER)
+        model, _ = loader(directory)
+        return cls(model, HFTokenizer(directory), device, dtype)
