@@ -221,7 +221,7 @@ def punctuation_ids(tokenizer: Tokenizer, vocab_size: int) -> Tensor:
     return flags
 
 
-class _Sums:
+class HeadSums:
     """Running sums of one sub-layer's statistics, per head, in float64."""
 
     def __init__(self, n_heads: int) -> None:
@@ -417,7 +417,7 @@ def head_report(
     cfg = model.cfg
     punctuation = punctuation_ids(tokenizer, cfg.vocab_size).to(device)
     sublayers = attention_sublayers(model)
-    sums = {name: _Sums(mha.n_heads) for name, mha in sublayers.items()}
+    sums = {name: HeadSums(mha.n_heads) for name, mha in sublayers.items()}
     kept_masks = {name: mha.head_mask for name, mha in sublayers.items()}
     passes = len(batches) * (2 + sum(mha.n_heads for mha in sublayers.values()))
     total_nll, tokens = 0.0, 0
@@ -460,7 +460,7 @@ def _nll(model: Transformer, batch: Batch, logits: Tensor | None = None) -> Tens
 
 @torch.no_grad()
 def _add_maps(
-    model: Transformer, batch: Batch, sums: dict[str, _Sums], punctuation: Tensor
+    model: Transformer, batch: Batch, sums: dict[str, HeadSums], punctuation: Tensor
 ) -> None:
     cfg = model.cfg
     maps = model.attention_maps(batch.src, batch.tgt_in)
@@ -483,7 +483,7 @@ def _add_gradients(
     model: Transformer,
     batch: Batch,
     sublayers: dict[str, MultiHeadAttention],
-    sums: dict[str, _Sums],
+    sums: dict[str, HeadSums],
 ) -> float:
     """Add sum_x |dL(x)/dm_h| for every head; return the batch's summed NLL (all heads on)."""
     parameter = next(model.parameters())
@@ -500,7 +500,7 @@ def _add_ablations(
     model: Transformer,
     batch: Batch,
     sublayers: dict[str, MultiHeadAttention],
-    sums: dict[str, _Sums],
+    sums: dict[str, HeadSums],
     kept_masks: dict[str, Tensor | None],
     tick: Callable[[], object],
 ) -> None:
@@ -563,7 +563,7 @@ def plot_head_metric(
     return fig
 
 
-_TITLES = {
+KIND_TITLES = {
     AttentionKind.ENCODER: "encoder self-attention",
     AttentionKind.DECODER: "decoder self-attention",
     AttentionKind.CROSS: "encoder-decoder attention",
@@ -598,7 +598,7 @@ def head_figures(report: HeadReport) -> dict[str, Figure]:
             if all(v is None for row in rows for v in row):
                 continue  # the metric does not apply to this kind
             digits = 3 if metric in ("ablation", "gradient") else 2
-            title = f"{_TITLES[kind]}\n{_METRIC_TITLES[metric]}"
+            title = f"{KIND_TITLES[kind]}\n{_METRIC_TITLES[metric]}"
             figures[f"{kind.value}-{metric}.png"] = plot_head_metric(rows, title, digits)
     return figures
 

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from aiayn.files import write_atomic
-from aiayn.heads import _TITLES, _Sums
+from aiayn.heads import KIND_TITLES, HeadSums
 from aiayn.search import DecodeConfig
 from aiayn.translate import Translator
 from aiayn.viz import AttentionKind, hypothesis_attention
@@ -61,7 +61,7 @@ def head_metrics(weights: Tensor, kind: AttentionKind, key_marks: dict[str, Tens
         (None where they do not apply).
     """
     batch, n_heads, n_query, n_key = weights.shape
-    sums = _Sums(n_heads)
+    sums = HeadSums(n_heads)
     query_real = torch.ones(batch, n_query, dtype=torch.bool, device=weights.device)
     key_real = torch.ones(batch, n_key, dtype=torch.bool, device=weights.device)
     sums.add_weights(weights, query_real, key_real, key_marks, kind)
@@ -122,7 +122,7 @@ def attention_payload(translator: Translator, text: str, decode: DecodeConfig) -
     for kind, (layers, queries, keys, marks) in uses.items():
         metrics = [head_metrics(w.float(), kind, marks) for w in layers]
         attention[kind.value] = {
-            "title": _TITLES[kind],
+            "title": KIND_TITLES[kind],
             "queries": queries,
             "keys": keys,
             "weights": [w[0].double().cpu().numpy().round(DIGITS).tolist() for w in layers],
