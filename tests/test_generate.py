@@ -335,3 +335,13 @@ def test_a_gpt2_field_the_conversion_does_not_cover_is_refused_in_one_line(
         assert result.exit_code == 1
         assert result.stderr.count("\n") == 1 and "scale_attn_by_inverse_layer_idx" in result.stderr
     assert not (tmp_path / "out" / "model.safetensors").exists()
+
+
+def test_a_translator_refuses_a_decoder_only_model_by_name():
+    from aiayn import build_model
+    from aiayn.model_use import WrongShapeError
+    from aiayn.translate import Translator
+
+    cfg = ModelConfig.tiny(vocab_size=32, architecture="decoder_only")
+    with pytest.raises(WrongShapeError, match=r"decoder_only.*aiayn generate"):
+        Translator(build_model(cfg), tokenizer=None)  # refused before the tokenizer is read

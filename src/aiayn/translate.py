@@ -39,6 +39,7 @@ from aiayn.marian import (
     read_converted_generation,
 )
 from aiayn.model import Transformer
+from aiayn.model_use import ENCODER_DECODER, check_shape
 from aiayn.search import DecodeConfig, Hypothesis, search
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,7 @@ class Translator:
         decode: DecodeConfig | None = None,
     ) -> None:
         cfg = model.cfg
+        check_shape(cfg, ENCODER_DECODER, "the model")  # a GPT or BERT model is refused by name
         source = f" ({tokenizer.path})" if tokenizer.path else ""
         if tokenizer.vocab_size != cfg.vocab_size:
             raise ValueError(
