@@ -159,7 +159,7 @@ def readme_subcommands() -> set[tuple[str, ...]]:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     code = re.findall(r"```.*?```", text, flags=re.S) + re.findall(r"`[^`\n]+`", text)
     found = set()
-    command = r"(?:^|`|\| |\$ |&& )(?:\S*/)?aiayn ([a-z]+)(?: ([a-z]+))?"
+    command = r"(?:^|`|\| |\$ |&& )(?:\S*/)?aiayn ([a-z]+)(?: ([a-z][a-z0-9]*))?"
     for match in re.finditer(command, "\n".join(code), flags=re.M):
         sub, subsub = match.groups()
         found.add((sub, subsub) if sub in {"prepare", "convert"} and subsub else (sub,))
