@@ -58,7 +58,7 @@ from aiayn.config import Activation, ModelConfig
 from aiayn.decoder_only import DecoderOnly
 from aiayn.encoder_only import EncoderOnly
 from aiayn.files import write_atomic
-from aiayn.marian import _read_weights as read_weights
+from aiayn.marian import read_weights
 
 CONVERTED_FILE = "converted.json"  # written last: marks a complete directory
 TOKENIZER_FILES = (

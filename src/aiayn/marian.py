@@ -163,7 +163,7 @@ def marian_model_config(hf: dict[str, Any]) -> ModelConfig:
     )
 
 
-def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
+def read_weights(directory: Path) -> dict[str, torch.Tensor]:
     safetensors_file = directory / "model.safetensors"
     torch_file = directory / "pytorch_model.bin"
     try:
@@ -250,7 +250,7 @@ def load_marian_model(directory: str | Path) -> Transformer:
     """
     directory = Path(directory)
     cfg = marian_model_config(read_marian_config(directory))
-    weights = _read_weights(directory)
+    weights = read_weights(directory)
     tie_embeddings, tie_output = embedding_ties(weights)
     cfg = dataclasses.replace(cfg, tie_embeddings=tie_embeddings, tie_output=tie_output)
     state = convert_state_dict(weights, cfg)
