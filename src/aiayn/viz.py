@@ -110,15 +110,23 @@ def translation_attention(
 
 
 def hypothesis_attention(
-    translator: Translator, sentence: str, config: DecodeConfig | None = None
+    translator: Translator,
+    sentence: str,
+    config: DecodeConfig | None = None,
+    best: Hypothesis | None = None,
 ) -> tuple[AttentionMaps, list[str], list[str], Hypothesis]:
-    """`translation_attention`, and the search's best `Hypothesis` whose weights they are."""
+    """`translation_attention`, and the search's best `Hypothesis` whose weights they are.
+
+    `best`: the sentence's hypothesis when a search already found it (a server's
+    batch); otherwise `config`'s search runs here.
+    """
     if not sentence.strip():
         raise ValueError("cannot draw attention for an empty sentence")
     model, tokenizer = translator.model, translator.tokenizer
     cfg = model.cfg
     src = translator.to_batch(translator.encode([sentence]))  # (1, S)
-    (best, *_), *_ = search(translator.engine, src, config or DecodeConfig(beam=1))
+    if best is None:
+        (best, *_), *_ = search(translator.engine, src, config or DecodeConfig(beam=1))
     tgt_in = torch.tensor([[cfg.bos_id, *best.tokens]], device=src.device)  # (1, T)
     with torch.no_grad():
         maps = model.attention_maps(src, tgt_in)

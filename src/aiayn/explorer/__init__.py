@@ -35,7 +35,7 @@ from torch import Tensor
 
 from aiayn.files import write_atomic
 from aiayn.heads import KIND_TITLES, HeadSums
-from aiayn.search import DecodeConfig
+from aiayn.search import DecodeConfig, Hypothesis
 from aiayn.translate import Translator
 from aiayn.viz import AttentionKind, hypothesis_attention
 
@@ -89,13 +89,17 @@ def _rounded(metrics: dict[str, Any]) -> dict[str, Any]:
     return {k: round(v, DIGITS) if isinstance(v, float) else v for k, v in metrics.items()}
 
 
-def attention_payload(translator: Translator, text: str, decode: DecodeConfig) -> dict[str, Any]:
+def attention_payload(
+    translator: Translator, text: str, decode: DecodeConfig, best: Hypothesis | None = None
+) -> dict[str, Any]:
     """Everything the explorer draws for one sentence, as JSON-ready Python values.
 
     Args:
         translator: the model and its subword model.
         text: the source sentence (not blank).
         decode: how to translate it; its best hypothesis is the one drawn.
+        best: that hypothesis, when a search already found it (the server's batch);
+            otherwise it is searched for here.
 
     Returns:
         {"source", "translation", "source_tokens" (pieces, eos last),
@@ -109,7 +113,7 @@ def attention_payload(translator: Translator, text: str, decode: DecodeConfig) -
     Raises:
         ValueError: on a blank sentence.
     """
-    maps, src_pieces, tgt_pieces, best = hypothesis_attention(translator, text, decode)
+    maps, src_pieces, tgt_pieces, best = hypothesis_attention(translator, text, decode, best)
     device = maps.encoder[0].device
     eos_keys = torch.arange(len(src_pieces), device=device)[None] == len(src_pieces) - 1  # (1, S)
     bos_keys = torch.arange(len(tgt_pieces), device=device)[None] == 0  # (1, T)

@@ -66,8 +66,11 @@ class TranslationEngine:
         if options.attention:
             if self.attention_payload is None:
                 raise RuntimeError("attention maps need aiayn.explorer, which is not installed")
-            for text, result in zip(texts, results, strict=True):
-                result["attention"] = self.attention_payload(self.translator, text, options.decode)
+            for text, result, candidates in zip(texts, results, nbest, strict=True):
+                best = candidates[0].hypothesis if candidates else None  # drawn, not re-searched
+                result["attention"] = self.attention_payload(
+                    self.translator, text, options.decode, best
+                )
         return results
 
 
