@@ -13,6 +13,22 @@ tables show medians and the median of the per-round ratios. Batch-1 rows give th
 latency of one sentence. "aiayn, 1-thread steps" runs the encoder with the same
 threads and each decoding step with one (`aiayn.threads.StepThreads`).
 
+The default run is issue 17's 8 cells (small/base x greedy/beam 4 x batch 32/1) for
+aiayn fp32, aiayn int8 (`freeze(model, torch.int8)`), each with and without an output
+shortlist, CTranslate2 fp32 and int8, and HF. `--threads 2,1` measures each thread
+count in turn (worker processes of their own). Random weights have no translation
+table, so the shortlist (`aiayn.shortlist`) is built from a synthetic parallel corpus
+(`common.synthetic_parallel`) whose candidate sets have the size they have on text;
+its set size per cell is reported. Per cell: "best / CT2 int8", the fastest of the
+`--best-of` systems (those keeping the quality goal) against CTranslate2 int8, and
+"aiayn fp32 / CT2 fp32". Memory: each worker's resident-set high-water mark (VmHWM)
+after loading its model and after all its calls. CTranslate2's workers do not import
+torch, so their memory is CTranslate2's own. Outputs of the shortlist rows cannot
+match aiayn's on random weights (the shortlist is not the model's); their quality is
+measured on a trained model (README, int8 and shortlist).
+
+    PYTHONPATH=src python benchmarks/bench_decode.py --threads 2,1
+
 On CPUs that multiply bfloat16 natively (AMX or AVX512-BF16) aiayn and Hugging
 Face also run with their weights cast to bfloat16 ("-bf16" systems; CTranslate2
 has no bfloat16 on the CPU); their "vs HF" ratio is against HF in bfloat16.
@@ -33,6 +49,7 @@ supports bf16); the rest is the same. The issue's GPU comparison, beam 4:
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import time
@@ -40,14 +57,30 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import torch
+import common  # torch is imported where used: CTranslate2's workers go without it
 
-import common
-
-SYSTEMS = ("aiayn", "aiayn-steps1", "hf", "ct2-fp32", "ct2-int8", "aiayn-bf16", "hf-bf16")
+SYSTEMS = (
+    "aiayn",
+    "aiayn-int8",
+    "aiayn-shortlist",
+    "aiayn-int8-shortlist",
+    "aiayn-steps1",
+    "hf",
+    "ct2-fp32",
+    "ct2-int8",
+    "aiayn-bf16",
+    "hf-bf16",
+)
+DEFAULT_SYSTEMS = (*SYSTEMS[:4], "hf", "ct2-fp32", "ct2-int8")
 BF16_SYSTEMS = ("aiayn-bf16", "hf-bf16")
+SHORTLIST_SYSTEMS = ("aiayn-shortlist", "aiayn-int8-shortlist")
+BEST_OF = "aiayn-int8,aiayn-int8-shortlist,aiayn"
+SHORTLIST_FILE = "shortlist.safetensors"
 LABELS = {
     "aiayn": "aiayn",
+    "aiayn-int8": "aiayn int8",
+    "aiayn-shortlist": "aiayn + shortlist",
+    "aiayn-int8-shortlist": "aiayn int8 + shortlist",
     "aiayn-steps1": "aiayn, 1-thread steps",
     "hf": "HF generate",
     "ct2-fp32": "CTranslate2 fp32",
@@ -86,9 +119,21 @@ class FixedLength:
 
 
 def aiayn_runner(
-    directory: Path, threads: int, step_threads: int | None, bf16: bool = False, device: str = "cpu"
+    directory: Path,
+    threads: int,
+    step_threads: int | None,
+    precision: str = "fp32",
+    device: str = "cpu",
+    shortlist: Path | None = None,
+    int8_output: bool = True,
 ):
-    """aiayn's searches; with `step_threads`, the decoding steps use that many threads."""
+    """aiayn's searches; with `step_threads`, the decoding steps use that many threads.
+
+    `precision`: fp32, bf16 or int8 (`freeze`'s dtype; `int8_output`: its output
+    projection in int8 too); `shortlist`: a saved `aiayn.shortlist.Shortlist` whose
+    candidates alone the output projection scores.
+    """
+    import torch
 
     from aiayn.inference import freeze
     from aiayn.marian import load_marian_model
@@ -96,7 +141,13 @@ def aiayn_runner(
     from aiayn.threads import StepThreads
 
     common.set_threads(threads)
-    model = freeze(load_marian_model(directory).to(device), torch.bfloat16 if bf16 else None)
+    dtype = {"fp32": None, "bf16": torch.bfloat16, "int8": torch.int8}[precision]
+    model = load_marian_model(directory).to(device)
+    model = freeze(model, dtype) if int8_output else freeze(model, dtype, int8_output=False)
+    if shortlist is not None:
+        from aiayn.shortlist import Shortlist, Shortlisted
+
+        model = Shortlisted(model, Shortlist.load(shortlist, common.VOCAB))
     if step_threads is not None:
         model = StepThreads(model, step_threads)
 
@@ -115,6 +166,7 @@ def aiayn_runner(
 
 
 def hf_runner(directory: Path, threads: int, bf16: bool = False, device: str = "cpu"):
+    import torch
     from transformers import GenerationConfig, MarianMTModel
 
     common.set_threads(threads)
@@ -177,11 +229,34 @@ def ct2_runner(directory: Path, threads: int, quantization: str, device: str = "
     return run
 
 
-def worker(system: str, workdir: Path, size: str, threads: int, device: str) -> None:
+def shortlist_size(path: Path, src: list[list[int]]) -> int:
+    """The number of candidates the shortlist at `path` gives the sources `src` (eos must be one)."""
+    import torch
+
+    from aiayn.shortlist import Shortlist
+
+    candidates = Shortlist.load(path, common.VOCAB).candidates(torch.tensor(src))
+    if common.EOS not in candidates.tolist():  # FixedLength forces eos at the last step
+        raise RuntimeError(f"{path}: the shortlist's candidates lack eos ({common.EOS})")
+    return int(candidates.numel())
+
+
+def worker(
+    system: str, workdir: Path, size: str, threads: int, device: str, shortlist_output: str
+) -> None:
+    shortlist = workdir / SHORTLIST_FILE if system in SHORTLIST_SYSTEMS else None
     if system.startswith("aiayn"):
         step_threads = 1 if system == "aiayn-steps1" else None
+        precision = next((p for p in ("bf16", "int8") if f"-{p}" in system), "fp32")
+        int8_output = shortlist is None or shortlist_output == "int8"
         run = aiayn_runner(
-            workdir / f"marian-{size}", threads, step_threads, system == "aiayn-bf16", device
+            workdir / f"marian-{size}",
+            threads,
+            step_threads,
+            precision,
+            device,
+            shortlist,
+            int8_output,
         )
     elif system.startswith("hf"):
         run = hf_runner(workdir / f"marian-{size}", threads, system == "hf-bf16", device)
@@ -190,6 +265,8 @@ def worker(system: str, workdir: Path, size: str, threads: int, device: str) -> 
         run = ct2_runner(workdir / f"ct2-{size}-{quantization}", threads, quantization, device)
 
     def handle(request):
+        if request.get("memory"):
+            return {"memory_mb": common.memory_mb()}
         src = common.source_ids(request["batch"], request["src_len"])
         start = time.perf_counter()
         tokens = run(src, request["beam"], request["tgt_len"])
@@ -197,12 +274,39 @@ def worker(system: str, workdir: Path, size: str, threads: int, device: str) -> 
         lengths = {len(row) for row in tokens}
         if lengths != {request["tgt_len"]}:
             raise RuntimeError(f"{system} generated lengths {lengths}, not {request['tgt_len']}")
-        return {"seconds": seconds, "tokens": tokens if request.get("tokens") else None}
+        reply = {"seconds": seconds, "tokens": tokens if request.get("tokens") else None}
+        if request.get("tokens") and shortlist is not None:
+            reply["shortlist_size"] = shortlist_size(shortlist, src)
+        return reply
 
     common.serve(handle)
 
 
 # ----- parent --------------------------------------------------------------------------
+
+
+def prepare_shortlist(workdir: Path, frequent: int | None, per_source: int | None) -> dict:
+    """The shortlist of the synthetic parallel corpus, built once per workdir and setting.
+
+    Returns:
+        The setting built with: frequent and per_source (`aiayn.shortlist`'s defaults
+        where None).
+    """
+    from aiayn import shortlist
+
+    setting = {
+        "frequent": shortlist.DEFAULT_FREQUENT if frequent is None else frequent,
+        "per_source": shortlist.DEFAULT_PER_SOURCE if per_source is None else per_source,
+    }
+    path, recorded = workdir / SHORTLIST_FILE, workdir / "shortlist-setting.json"
+    if not path.exists() or not recorded.exists() or json.loads(recorded.read_text()) != setting:
+        sources, targets = common.synthetic_parallel()
+        built = shortlist.build(
+            sources, targets, common.VOCAB, common.EOS, exclude=[common.PAD], **setting
+        )
+        built.save(path)
+        recorded.write_text(json.dumps(setting))
+    return setting
 
 
 def prepare(workdir: Path, size: str, systems: list[str]) -> None:
@@ -236,15 +340,140 @@ def agreement(a: list[list[int]], b: list[list[int]], n: int) -> int:
     return sum(x[:n] == y[:n] for x, y in zip(a, b, strict=True))
 
 
+def same_as(system: str) -> str | None:
+    """The system whose outputs `system`'s are compared with: aiayn of the same precision
+    (aiayn bf16 and int8: aiayn fp32), or the same aiayn without the shortlist."""
+    if system in ("aiayn", "aiayn-steps1"):
+        return None
+    if system in SHORTLIST_SYSTEMS:
+        return system.removesuffix("-shortlist")
+    return "aiayn-bf16" if system == "hf-bf16" else "aiayn"
+
+
+def per_round(times: dict[str, list[float]], slower: str, faster: str | None) -> float | None:
+    """The median over rounds of times[slower] / times[faster] (> 1: `faster` is faster);
+    None when either system was not run."""
+    if faster not in times or slower not in times:
+        return None
+    return common.median([a / b for a, b in zip(times[slower], times[faster], strict=True)])
+
+
+def cell_summary(times: dict[str, list[float]], best_of: list[str]) -> dict:
+    """One cell's comparison with CTranslate2, from each system's per-round seconds.
+
+    Args:
+        times: system -> seconds of its timed calls, round by round, in this cell.
+        best_of: the aiayn systems that may count as its best (those keeping the
+            quality goal); the fastest of them by median time is "best".
+
+    Returns:
+        best_system (None if none of `best_of` ran), best_vs_ct2_int8 (median per-round
+        ratio of CTranslate2 int8's time to best's) and fp32_vs_ct2_fp32 (CTranslate2
+        fp32's to aiayn fp32's); a ratio is None where a system of it did not run.
+    """
+    ran = [s for s in best_of if s in times]
+    best = min(ran, key=lambda s: common.median(times[s])) if ran else None
+    return {
+        "best_system": best,
+        "best_vs_ct2_int8": per_round(times, "ct2-int8", best),
+        "fp32_vs_ct2_fp32": per_round(times, "ct2-fp32", "aiayn"),
+    }
+
+
+def measure(
+    args: argparse.Namespace,
+    systems: list[str],
+    threads: int,
+    size: str,
+    configs: list[tuple[int, int]],
+    workdir: Path,
+    baseline: str | None,
+    checkout: Path | None,
+) -> tuple[dict, dict, dict, dict]:
+    """One size at one thread count: every system's workers, warm-up and timed rounds.
+
+    Returns:
+        times[system, (beam, batch)] (seconds per round), outputs[system, beam, batch]
+        (the warm-up call's tokens), memory[system] ({"loaded", "peak"} MiB: VmHWM after
+        loading and after the last call) and shortlist sizes[(beam, batch)].
+    """
+    worker_args = [
+        *("--workdir", str(workdir), "--size", size),
+        *("--threads", str(threads), "--device", args.device),
+    ]
+    own_args = [*worker_args, "--int8-shortlist-output", args.int8_shortlist_output]
+    workers = {s: common.Worker(__file__, s, own_args, threads) for s in systems if s != baseline}
+    if baseline:  # the commit's own script and library, as its system "aiayn"
+        script = str(checkout / "benchmarks" / Path(__file__).name)
+        workers[baseline] = common.Worker(
+            script, "aiayn", worker_args, threads, str(checkout / "src")
+        )
+    memory: dict[str, dict[str, float | None]] = {}
+    sizes: dict[tuple[int, int], int] = {}
+    try:
+        for s in systems:  # the first reply comes once the model is loaded
+            reply = workers[s].ask(memory=True)
+            memory[s] = {"loaded": (reply.get("memory_mb") or {}).get("peak")}
+        times = {(s, c): [] for s in systems for c in configs}
+        outputs = {}
+        for beam, batch in configs:  # warm-up call, keeping the outputs for a check
+            for s in systems:
+                reply = workers[s].ask(
+                    beam=beam, batch=batch, src_len=args.src_len, tgt_len=args.tgt_len, tokens=True
+                )
+                outputs[s, beam, batch] = reply["tokens"]
+                if "shortlist_size" in reply:
+                    sizes[beam, batch] = reply["shortlist_size"]
+        for r in range(args.rounds):
+            for beam, batch in configs:
+                order = systems[r % len(systems) :] + systems[: r % len(systems)]
+                for s in order:
+                    reply = workers[s].ask(
+                        beam=beam, batch=batch, src_len=args.src_len, tgt_len=args.tgt_len
+                    )
+                    times[s, (beam, batch)].append(reply["seconds"])
+        for s in systems:
+            reply = workers[s].ask(memory=True)
+            memory[s]["peak"] = (reply.get("memory_mb") or {}).get("peak")
+    finally:
+        for w in workers.values():
+            w.close()
+    return times, outputs, memory, sizes
+
+
+def _mb(value: float | None) -> str:
+    return "" if value is None else f"{value:,.0f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="small,base")
     parser.add_argument("--beams", default="1,4")
-    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS), help=f"of {SYSTEMS}")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--src-len", type=int, default=30)
     parser.add_argument("--tgt-len", type=int, default=30)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--threads", default="2", help="thread counts, measured in turn (e.g. 2,1); default 2"
+    )
+    parser.add_argument(
+        "--best-of",
+        default=BEST_OF,
+        help="the aiayn systems that keep the quality goal: the fastest of them is 'best'",
+    )
+    parser.add_argument(
+        "--shortlist-frequent", type=int, metavar="N", help="default: aiayn.shortlist's"
+    )
+    parser.add_argument(
+        "--shortlist-per-source", type=int, metavar="K", help="default: aiayn.shortlist's"
+    )
+    parser.add_argument(
+        "--int8-shortlist-output",
+        choices=("fp32", "int8"),
+        default="fp32",
+        help="aiayn-int8-shortlist's output projection: fp32 rows gathered for the "
+        "candidates (default), or int8 over the vocabulary, masked",
+    )
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     parser.add_argument("--rounds", type=int, default=5, help="timed calls per system")
     parser.add_argument("--no-latency", action="store_true", help="skip the batch-1 rows")
@@ -260,118 +489,139 @@ def main() -> None:
     parser.add_argument("--size", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        return worker(args.worker, args.workdir, args.size, args.threads, args.device)
+        return worker(
+            args.worker,
+            args.workdir,
+            args.size,
+            int(args.threads),
+            args.device,
+            args.int8_shortlist_output,
+        )
     if args.tgt_len < args.src_len:
         parser.error("--tgt-len must be >= --src-len (aiayn's limit is source + extra_len)")
+    try:
+        thread_counts = [int(t) for t in args.threads.split(",")]
+    except ValueError:
+        parser.error(f"--threads {args.threads!r}: give thread counts such as 2 or 2,1")
+    if min(thread_counts) < 1:
+        parser.error(f"--threads {args.threads!r}: thread counts are 1 or more")
     systems = args.systems.split(",")
+    unknown = [s for s in systems + args.best_of.split(",") if s not in SYSTEMS]
+    if unknown:
+        parser.error(f"unknown system(s) {', '.join(unknown)}; known: {', '.join(SYSTEMS)}")
+    best_of = args.best_of.split(",")
     if args.quick:
         args.rounds = 3
         systems = [s for s in systems if s != "ct2-int8" and s not in BF16_SYSTEMS]
     systems = common.without_unsupported_bf16(systems, BF16_SYSTEMS, args.device)
     workdir = args.workdir or common.default_workdir()
     workdir.mkdir(parents=True, exist_ok=True)
-    baseline = None
+    baseline = checkout = None
     if args.against:
         baseline = f"aiayn@{args.against}"
         LABELS[baseline] = f"aiayn {args.against}"
         systems.append(baseline)
         checkout = baseline_checkout(workdir, args.against)
+    shortlist_setting = None
+    if set(systems) & set(SHORTLIST_SYSTEMS):
+        shortlist_setting = prepare_shortlist(
+            workdir, args.shortlist_frequent, args.shortlist_per_source
+        )
     configs = [(beam, args.batch) for beam in map(int, args.beams.split(","))]
     if not args.no_latency:
         configs += [(beam, 1) for beam in map(int, args.beams.split(","))]
 
-    rows, records = [], []
-    for size in args.sizes.split(","):
-        prepare(workdir, size, systems)
-        worker_args = [
-            *("--workdir", str(workdir), "--size", size),
-            *("--threads", str(args.threads), "--device", args.device),
-        ]
-        workers = {
-            s: common.Worker(__file__, s, worker_args, args.threads)
-            for s in systems
-            if s != baseline
-        }
-        if baseline:  # the commit's own script and library, as its system "aiayn"
-            script = str(checkout / "benchmarks" / Path(__file__).name)
-            workers[baseline] = common.Worker(
-                script, "aiayn", worker_args, args.threads, str(checkout / "src")
+    rows, records, cells, cell_rows, memory_records = [], [], [], [], []
+    for threads in thread_counts:
+        for size in args.sizes.split(","):
+            prepare(workdir, size, systems)
+            times, outputs, memory, shortlist_sizes = measure(
+                args, systems, threads, size, configs, workdir, baseline, checkout
             )
-        try:
-            times = {(s, c): [] for s in systems for c in configs}
-            outputs = {}
-            for beam, batch in configs:  # warm-up call, keeping the outputs for a check
-                for s in systems:
-                    reply = workers[s].ask(
-                        beam=beam,
-                        batch=batch,
-                        src_len=args.src_len,
-                        tgt_len=args.tgt_len,
-                        tokens=True,
-                    )
-                    outputs[s, beam, batch] = reply["tokens"]
-            for r in range(args.rounds):
-                for beam, batch in configs:
-                    order = systems[r % len(systems) :] + systems[: r % len(systems)]
-                    for s in order:
-                        reply = workers[s].ask(
-                            beam=beam, batch=batch, src_len=args.src_len, tgt_len=args.tgt_len
-                        )
-                        times[s, (beam, batch)].append(reply["seconds"])
-        finally:
-            for w in workers.values():
-                w.close()
-
-        for beam, batch in configs:
-            config = (beam, batch)
-            n_tokens = batch * args.tgt_len
             for s in systems:
-                seconds = common.median(times[s, config])
-                bf16 = s in BF16_SYSTEMS
-                # HF of the same precision; CTranslate2 in fp32 (it has no CPU bf16).
-                peers = {"hf": "hf-bf16" if bf16 else "hf", "ct2-fp32": "ct2-fp32"}
-                if baseline and s == "aiayn":
-                    peers["baseline"] = baseline
-                vs = {
-                    column: common.median(
-                        [a / b for a, b in zip(times[peer, config], times[s, config], strict=True)]
+                rss = {f"rss_{k}_mb": v for k, v in memory[s].items()}
+                memory_records.append(dict(threads=threads, size=size, system=s, **rss))
+            for beam, batch in configs:
+                config = (beam, batch)
+                search = "greedy" if beam == 1 else f"beam {beam}"
+                n_tokens = batch * args.tgt_len
+                cell_times = {s: times[s, config] for s in systems}
+                summary = cell_summary(cell_times, best_of)
+                cells.append(
+                    dict(
+                        threads=threads,
+                        size=size,
+                        search=search,
+                        batch=batch,
+                        **summary,
+                        shortlist_size=shortlist_sizes.get(config),
+                        tokens_per_s={s: n_tokens / common.median(cell_times[s]) for s in systems},
                     )
-                    for column, peer in peers.items()
-                    if peer in systems
-                }
-                # Outputs compared with aiayn of the same precision (aiayn bf16: with fp32).
-                same_as = "aiayn" if s == "aiayn-bf16" else "aiayn-bf16" if bf16 else "aiayn"
-                same = None
-                if s not in ("aiayn", "aiayn-steps1") and same_as in systems:
-                    same = agreement(
-                        outputs[same_as, beam, batch], outputs[s, beam, batch], args.tgt_len - 1
-                    )
-                record = dict(
-                    size=size,
-                    search="greedy" if beam == 1 else f"beam {beam}",
-                    batch=batch,
-                    system=s,
-                    tokens_per_s=n_tokens / seconds,
-                    ms_per_call=1000 * seconds,
-                    times_s=times[s, config],
-                    speedup_vs_hf=vs.get("hf"),
-                    speedup_vs_ct2_fp32=vs.get("ct2-fp32"),
-                    speedup_vs_baseline=vs.get("baseline"),
-                    same_outputs_as_aiayn=same,
                 )
-                records.append(record)
-                rows.append(
+                for s in systems:
+                    seconds = common.median(times[s, config])
+                    bf16 = s in BF16_SYSTEMS
+                    # HF of the same precision; CTranslate2 in fp32 (it has no CPU bf16).
+                    vs = {
+                        "hf": per_round(cell_times, "hf-bf16" if bf16 else "hf", s),
+                        "ct2-fp32": per_round(cell_times, "ct2-fp32", s),
+                        "ct2-int8": per_round(cell_times, "ct2-int8", s),
+                        "baseline": per_round(cell_times, baseline, s)
+                        if baseline and s == "aiayn"
+                        else None,
+                    }
+                    reference = same_as(s)
+                    same = None
+                    if reference in systems:
+                        same = agreement(
+                            outputs[reference, beam, batch],
+                            outputs[s, beam, batch],
+                            args.tgt_len - 1,
+                        )
+                    record = dict(
+                        threads=threads,
+                        size=size,
+                        search=search,
+                        batch=batch,
+                        system=s,
+                        tokens_per_s=n_tokens / seconds,
+                        ms_per_call=1000 * seconds,
+                        times_s=times[s, config],
+                        speedup_vs_hf=vs["hf"],
+                        speedup_vs_ct2_fp32=vs["ct2-fp32"],
+                        speedup_vs_ct2_int8=vs["ct2-int8"],
+                        speedup_vs_baseline=vs["baseline"],
+                        same_outputs_as_aiayn=same,
+                        same_outputs_as=reference if same is not None else None,
+                    )
+                    records.append(record)
+                    rows.append(
+                        [
+                            threads,
+                            size,
+                            search,
+                            batch,
+                            LABELS[s],
+                            record["tokens_per_s"],
+                            record["ms_per_call"],
+                            _ratio(vs["hf"]),
+                            _ratio(vs["ct2-fp32"]),
+                            _ratio(vs["ct2-int8"]),
+                            "" if same is None else f"{same}/{batch}",
+                            *([] if not baseline else [_ratio(vs["baseline"])]),
+                        ]
+                    )
+                cell_rows.append(
                     [
+                        threads,
                         size,
-                        record["search"],
+                        search,
                         batch,
-                        LABELS[s],
-                        record["tokens_per_s"],
-                        record["ms_per_call"],
-                        "" if vs.get("hf") is None else f"{vs['hf']:.2f}x",
-                        "" if vs.get("ct2-fp32") is None else f"{vs['ct2-fp32']:.2f}x",
-                        "" if same is None else f"{same}/{batch}",
-                        *([] if not baseline else [_ratio(vs.get("baseline"))]),
+                        *(cells[-1]["tokens_per_s"][s] for s in systems),
+                        LABELS.get(summary["best_system"], ""),
+                        _ratio(summary["best_vs_ct2_int8"]),
+                        _ratio(summary["fp32_vs_ct2_fp32"]),
+                        "" if cells[-1]["shortlist_size"] is None else cells[-1]["shortlist_size"],
                     ]
                 )
 
@@ -383,6 +633,7 @@ def main() -> None:
     print(
         common.table(
             [
+                "threads",
                 "shape",
                 "search",
                 "batch",
@@ -391,10 +642,49 @@ def main() -> None:
                 "ms/call",
                 "vs HF",
                 "vs CT2 fp32",
-                "same output as aiayn*",
+                "vs CT2 int8",
+                "same output*",
                 *([] if not baseline else [f"vs {args.against}"]),
             ],
             rows,
+        )
+    )
+    print(
+        "\n*sentences whose tokens equal those of aiayn at the same precision (aiayn bf16 "
+        "and int8: aiayn fp32's; a shortlist row: the same aiayn without it); bf16 rows' "
+        '"vs HF" is against HF bf16.'
+    )
+    print(f"\nThe cells: tgt tok/s; best of {args.best_of}\n")
+    print(
+        common.table(
+            [
+                "threads",
+                "shape",
+                "search",
+                "batch",
+                *(LABELS[s] for s in systems),
+                "best",
+                "best / CT2 int8",
+                "aiayn fp32 / CT2 fp32",
+                "shortlist size",
+            ],
+            cell_rows,
+        )
+    )
+    print("\nResident memory, MiB: VmHWM after loading / after decoding\n")
+    print(
+        common.table(
+            ["threads", "shape", "system", "after loading", "after decoding"],
+            [
+                [
+                    m["threads"],
+                    m["size"],
+                    LABELS[m["system"]],
+                    _mb(m.get("rss_loaded_mb")),
+                    _mb(m.get("rss_peak_mb")),
+                ]
+                for m in memory_records
+            ],
         )
     )
     path = common.write_json(
@@ -405,14 +695,17 @@ def main() -> None:
                 f"{len(systems)} systems in worker processes of their own, one warm-up call "
                 f"and {args.rounds} timed calls per setting, taking turns call by call (the "
                 "order rotated every round); ratios are medians of the per-round ratios, so "
-                "that load from other processes on the machine falls on every system alike"
+                "that load from other processes on the machine falls on every system alike. "
+                "Memory: each worker's VmHWM (/proc/PID/status) after loading its model and "
+                "after its last call. The shortlist is built from a synthetic parallel corpus "
+                "(common.synthetic_parallel)."
             ),
+            "best_of": best_of,
+            "shortlist": shortlist_setting,
             "results": records,
+            "cells": cells,
+            "memory": memory_records,
         },
-    )
-    print(
-        "\n*sentences whose tokens equal aiayn's at the same precision (aiayn bf16: "
-        "aiayn fp32's); bf16 rows' \"vs HF\" is against HF bf16."
     )
     print(f"\nwritten {path}")
 

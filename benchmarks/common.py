@@ -316,3 +316,66 @@ def write_json(name: str, payload: dict[str, Any]) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps({**provenance(), **payload}, indent=1) + "\n")
     return path
+
+
+# ----- decoding benchmark: memory, synthetic parallel text -------------------------------
+
+
+def memory_mb() -> dict[str, float] | None:
+    """This process's resident memory from /proc/self/status, in MiB: its high-water mark
+    (`peak`, VmHWM) and now (`now`, VmRSS); None where /proc is absent (not Linux)."""
+    try:
+        text = Path("/proc/self/status").read_text()
+    except OSError:
+        return None
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    names = {"peak": "VmHWM", "now": "VmRSS"}
+    try:
+        return {key: int(fields[name].split()[0]) / 1024 for key, name in names.items()}
+    except (KeyError, ValueError, IndexError):
+        return None
+
+
+def synthetic_parallel(
+    pairs: int = 20000,
+    length: int = 29,
+    translations: int = 3,
+    function_share: float = 0.5,
+    seed: int = 0,
+) -> tuple[list[list[int]], list[list[int]]]:
+    """A random parallel corpus of ids with word-level structure, for a shortlist on random
+    weights: no real translation table exists for them, but the shortlist's candidate set
+    should have the size it has on text.
+
+    Source sentences are uniform random ids (as `source_ids`). Each source id `s` is
+    translated, token for token, either (share `function_share`) by a "function word" drawn
+    from a Zipf distribution over the whole vocabulary (the frequent pieces of real text),
+    or by one of `translations` ids of its own (fixed per `s`). So `s`'s top translations
+    are its own few ids and frequent pieces, as with words of real text.
+
+    Returns:
+        (source lines, target lines): `pairs` lists of `length` ids each, no eos.
+    """
+    import random
+
+    rng = random.Random(seed)
+    ids = list(range(2, VOCAB - 1))  # no eos, unk or pad
+    zipf_order = ids[:]
+    rng.shuffle(zipf_order)
+    cumulative, total = [], 0.0
+    for rank in range(len(zipf_order)):
+        total += 1.0 / (rank + 1)
+        cumulative.append(total)
+    own = {s: rng.sample(ids, translations) for s in ids}
+    sources, targets = [], []
+    for _ in range(pairs):
+        src = [rng.choice(ids) for _ in range(length)]
+        tgt = [
+            rng.choices(zipf_order, cum_weights=cumulative)[0]
+            if rng.random() < function_share
+            else rng.choice(own[s])
+            for s in src
+        ]
+        sources.append(src)
+        targets.append(tgt)
+    return sources, targets

@@ -197,15 +197,40 @@ DECODE_LABELS = {
     "aiayn-bf16": "aiayn",
     "hf-bf16": "HF generate",
     "aiayn-steps1": "aiayn, 1-thread steps",
+    "aiayn-int8": "aiayn",
+    "aiayn-shortlist": "aiayn + shortlist",
+    "aiayn-int8-shortlist": "aiayn + shortlist",
 }
 PRECISION = {"ct2-int8": "int8", "aiayn-bf16": "bf16", "hf-bf16": "bf16"}
+PRECISION.update({"aiayn-int8": "int8", "aiayn-int8-shortlist": "int8"})
+# The 8-cell table's columns, in this order where the file has them.
+CELL_SYSTEMS = (
+    "ct2-int8",
+    "ct2-fp32",
+    "aiayn",
+    "aiayn-int8",
+    "aiayn-shortlist",
+    "aiayn-int8-shortlist",
+)
+
+
+def first_threads(data: dict[str, Any]) -> str:
+    """The first thread count of a decode file's run (`--threads 2,1`: "2")."""
+    return str(data.get("args", {}).get("threads", "")).split(",")[0]
+
+
+def decode_records(data: dict[str, Any], key: str = "results") -> list[dict[str, Any]]:
+    """A decode file's records of `key` at its first thread count (all of an older
+    file's, whose records do not say their threads)."""
+    first = first_threads(data)
+    return [r for r in data.get(key, []) if str(r.get("threads", first)) == first]
 
 
 def decode() -> str:
     """Batch-32 decoding; a ratio between two precisions is marked as such."""
     data = load("decode")
     rows = []
-    for r in data["results"]:
+    for r in decode_records(data):
         if r["batch"] == 1:
             continue
         system = r["system"]
@@ -234,6 +259,12 @@ def decode() -> str:
         "fp32). *Sentences whose first 29 tokens equal aiayn's at the same precision "
         "(aiayn bf16: aiayn fp32's)."
     )
+    if any(r["system"] in ("aiayn-int8", "aiayn-shortlist") for r in data["results"]):
+        notes = notes.replace(
+            "(aiayn bf16: aiayn fp32's).",
+            "(aiayn bf16 and int8: aiayn fp32's; a shortlist row: the same aiayn's without "
+            "it; the shortlist is not the random model's, so their tokens differ).",
+        )
     return "\n\n".join([table(headers, rows, left=4), notes, source("decode", data)])
 
 
@@ -242,7 +273,7 @@ def decode_latency() -> str:
     data = load("decode")
     systems = [s for s in DECODE_LABELS if any(r["system"] == s for r in data["results"])]
     cells: dict[tuple[str, str], dict[str, str]] = {}
-    for r in data["results"]:
+    for r in decode_records(data):
         if r["batch"] == 1:
             cells.setdefault((r["size"], r["search"]), {})[r["system"]] = number(r["ms_per_call"])
     headers = ["shape", "search"] + [
@@ -252,6 +283,78 @@ def decode_latency() -> str:
         [size, search] + [row.get(s, "") for s in systems] for (size, search), row in cells.items()
     ]
     return table(headers, rows) + "\n\n" + source("decode", data)
+
+
+def has_cells(name: str = "decode") -> bool:
+    """Whether a decode results file holds the 8-cell summary and memory (issue 17's run)."""
+    path = RESULTS / f"{name}.json"
+    return path.exists() and "cells" in load(name)
+
+
+def decode_cells() -> str:
+    """Issue 17's 8 cells per thread count: tok/s per system, the best aiayn setting that
+    keeps the quality goal against CTranslate2 int8, and aiayn fp32 against CTranslate2 fp32."""
+    data = load("decode")
+    systems = [s for s in CELL_SYSTEMS if any(s in c["tokens_per_s"] for c in data["cells"])]
+    rows = []
+    for c in data["cells"]:
+        best = c["best_system"]
+        rows.append(
+            [
+                str(c["threads"]),
+                c["size"],
+                c["search"],
+                str(c["batch"]),
+                *(number(c["tokens_per_s"][s]) if s in c["tokens_per_s"] else "" for s in systems),
+                ""
+                if best is None
+                else f"{DECODE_LABELS[best].strip('*')} {PRECISION.get(best, 'fp32')}",
+                f"**{ratio(c['best_vs_ct2_int8'])}**" if c["best_vs_ct2_int8"] else "",
+                ratio(c["fp32_vs_ct2_fp32"]),
+                "" if c["shortlist_size"] is None else f"{c['shortlist_size']:,}",
+            ]
+        )
+    headers = ["threads", "shape", "search", "batch"]
+    headers += [f"{DECODE_LABELS[s].strip('*')} {PRECISION.get(s, 'fp32')}" for s in systems]
+    headers += ["best aiayn", "best / CT2 int8", "aiayn fp32 / CT2 fp32", "shortlist size"]
+    best_of = ", ".join(
+        f"{DECODE_LABELS[s].strip('*')} {PRECISION.get(s, 'fp32')}" for s in data["best_of"]
+    )
+    setting = data.get("shortlist") or {}
+    notes = (
+        "Target tokens/s. Best aiayn: the fastest of the settings that keep the quality "
+        f"goal ({best_of}); ratios are medians of per-round time ratios (> 1: aiayn is "
+        "faster). Shortlist size: the candidates for the cell's sources (out of 8,000), "
+        "from a synthetic parallel corpus"
+        + (
+            f" (frequent {setting['frequent']}, {setting['per_source']} per source piece)"
+            if setting
+            else ""
+        )
+        + "."
+    )
+    return "\n\n".join([table(headers, rows, left=4), notes, source("decode", data)])
+
+
+def decode_memory() -> str:
+    """Each system's resident memory (VmHWM) after loading and after decoding, per shape."""
+    data = load("decode")
+    rows = [
+        [
+            m["size"],
+            f"{DECODE_LABELS[m['system']].strip('*')} {PRECISION.get(m['system'], 'fp32')}",
+            "" if m["rss_loaded_mb"] is None else f"{m['rss_loaded_mb']:,.0f}",
+            "" if m["rss_peak_mb"] is None else f"{m['rss_peak_mb']:,.0f}",
+        ]
+        for m in decode_records(data, "memory")
+    ]
+    headers = ["shape", "system", "MiB after loading", "MiB after decoding"]
+    notes = (
+        "Peak resident memory (VmHWM) of each system's worker process, after loading its "
+        "model and after all its calls (both searches, batch 32 and 1). aiayn's and HF's "
+        "processes hold torch's libraries; CTranslate2's do not import torch."
+    )
+    return "\n\n".join([table(headers, rows), notes, source("decode", data)])
 
 
 def decode_vs_commit() -> str:
@@ -529,7 +632,8 @@ def span(values: list[float]) -> str:
 
 def goals() -> str:
     """The issue's goals, each compared within one precision, from the decode and train files."""
-    decode_rows = [r for r in load("decode")["results"] if r["batch"] != 1]
+    decode_data = load("decode")
+    decode_rows = [r for r in decode_records(decode_data) if r["batch"] != 1]
     by = {(r["size"], r["search"], r["system"]): r for r in decode_rows}
     train_rows = [
         r
@@ -600,6 +704,15 @@ def goals() -> str:
             1.2,
         ],
     ]
+    if "cells" in decode_data:  # issue 17: all 8 cells, at the first thread count
+        cell_records = decode_records(decode_data, "cells")
+        best = [c["best_vs_ct2_int8"] for c in cell_records if c["best_vs_ct2_int8"]]
+        fp32 = [c["fp32_vs_ct2_fp32"] for c in cell_records if c["fp32_vs_ct2_fp32"]]
+        work = "decoding, every cell"
+        rows[4:4] = [  # after the batch-32 decoding rows, before training's
+            [work, "aiayn best / CTranslate2", "int8 (best: kept quality)", best, 1.2],
+            [work, "aiayn / CTranslate2", "fp32", fp32, 1.0],
+        ]
     cells = []
     for work, systems, precision, values, goal in rows:
         if not values:
@@ -626,6 +739,121 @@ def goals() -> str:
     )
 
 
+# ----- the quickstart: seeds and the step profile ---------------------------------------
+
+# `benchmarks/record_quickstart.py` writes these; `--write` also regenerates the packaged
+# reference that `aiayn quickstart` prints next to its BLEU.
+QUICKSTART_PREFIX = "quickstart-"
+REFERENCE = ROOT / "src" / "aiayn" / "configs" / "quickstart-reference.json"
+
+
+def quickstart_groups() -> dict[tuple[str, float, str, str], list[tuple[str, dict[str, Any]]]]:
+    """The recorded quickstart runs by (recipe, minutes, device kind, machine), as (name, data)."""
+    groups: dict[tuple[str, float, str, str], list[tuple[str, dict[str, Any]]]] = {}
+    for path in sorted(RESULTS.glob(f"{QUICKSTART_PREFIX}*.json")):
+        data = load(path.stem)
+        run = data["results"]
+        key = (
+            Path(run["recipe"]).name,
+            run["minutes"],
+            run["device"].split(":")[0],
+            data.get("machine", "machine not recorded"),
+        )
+        groups.setdefault(key, []).append((path.stem, data))
+    return dict(sorted(groups.items(), key=lambda item: item[0][:3]))
+
+
+def median_range(values: list[float]) -> str:
+    """The median, then the lowest and the highest: 21.50 (19.25-24.00)."""
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def quickstart() -> str:
+    """Per recipe and training minutes: test BLEU and chrF over seeds, and the budget."""
+    groups = quickstart_groups()
+    if not groups:
+        return "No quickstart run is recorded yet (see `benchmarks/record_quickstart.py`)."
+    rows, sources = [], []
+    for (recipe, minutes, device, _), recorded in groups.items():
+        runs = [data["results"] for _, data in recorded]
+        speeds = [r["budget"]["tokens_per_s"] for r in runs if r.get("budget")]
+        rows.append(
+            [
+                recipe,
+                device,
+                f"{minutes:g}",
+                ", ".join(str(r["seed"]) for r in sorted(runs, key=lambda r: r["seed"])),
+                median_range([r["bleu"] for r in runs]),
+                median_range([r["chrf"] for r in runs]),
+                number(statistics.median(r["steps"] for r in runs)),
+                f"{statistics.median(r['epochs'] for r in runs):.2f}",
+                number(statistics.median(speeds)) if speeds else "not recorded",
+            ]
+        )
+        sources += [source(name, data) for name, data in recorded]
+    headers = ["recipe", "device", "minutes", "seeds", "test BLEU median (range)"]
+    headers += ["chrF median (range)", "steps", "epochs", "tok/s (src+tgt)"]
+    return table(headers, rows, left=4) + "\n\n" + "\n\n".join(sources)
+
+
+def quickstart_reference() -> dict[str, Any]:
+    """The packaged reference: per recipe, minutes, device kind and machine, the seeds'
+    BLEU and chrF (the quickstart prints their median and range next to its own)."""
+    references = []
+    for (recipe, minutes, device, machine), recorded in quickstart_groups().items():
+        runs = sorted(
+            ((data["results"], name) for name, data in recorded), key=lambda x: x[0]["seed"]
+        )
+        references.append(
+            {
+                "recipe": recipe,
+                "minutes": minutes,
+                "device": device,
+                "machine": machine,
+                "seeds": [r["seed"] for r, _ in runs],
+                "bleu": [r["bleu"] for r, _ in runs],
+                "chrf": [r["chrf"] for r, _ in runs],
+                "files": [f"benchmarks/results/{name}.json" for _, name in runs],
+            }
+        )
+    note = (
+        "written by `python benchmarks/report.py --write` from benchmarks/results/quickstart-*.json"
+    )
+    return {"note": note, "references": references}
+
+
+def reference_text() -> str:
+    return json.dumps(quickstart_reference(), indent=1, ensure_ascii=False) + "\n"
+
+
+def has_quickstart_runs() -> bool:
+    return any(RESULTS.glob(f"{QUICKSTART_PREFIX}*.json"))
+
+
+def train_profile() -> str:
+    """Where a quickstart training step's time goes, by op kind, and the share of peak."""
+    data = load("train-profile")
+    rows = [
+        [kind["kind"], f"{kind['ms_per_step']:.2f}", f"{kind['percent']:.1f}%"]
+        for kind in data["kinds"]
+    ]
+    rows.append(["**a step**", f"**{data['ms_per_step']:.2f}**", "100%"])
+    text = table(["op kind", "ms per step", "share"], rows, left=1)
+    peaks = "; ".join(
+        f"{p['percent_reached']:.1f}% of the {dtype} peak ({number(p['gflops'])} GFLOP/s on "
+        f"{'x'.join(map(str, p['shape']))}, {p['threads']} threads)"
+        for dtype, p in data["peak"].items()
+    )
+    text += (
+        f"\n\n{data['steps']} steps of `{data['recipe']}` after {data['warmup']} warm-up, "
+        f"{number(data['tgt_tokens_per_step'])} target tokens a step: "
+        f"{number(data['tgt_tokens_per_s'])} target tok/s, "
+        f"{number(data['achieved_gflops'])} GFLOP/s of matrix products "
+        f"({number(data['matmul_flops_per_step'] / 1e9)} GFLOP a step, `aiayn.budget`): {peaks}."
+    )
+    return text + "\n\n" + source("train-profile", data)
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "goals": goals,
     "train": train,
@@ -633,6 +861,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "decode": decode,
     "decode-latency": decode_latency,
     "decode-vs-2d41774": decode_vs_commit,
+    "decode-cells": decode_cells,
+    "decode-memory": decode_memory,
     "kernels": kernels,
     "attention": attention,
     "sliding-window": sliding_window,
@@ -645,14 +875,25 @@ TABLES: dict[str, Callable[[], str]] = {
     "shapes": shapes,
     "generate": lambda: generate("generate"),
     "generate-1thread": lambda: generate("generate-1thread"),
+    "quickstart": quickstart,
+    "train-profile": train_profile,
 }
 
 
 # ----- README --------------------------------------------------------------------------
 
 
+# Tables rendered only once their results exist (README gains their blocks with them).
+WHEN = {
+    "decode-cells": has_cells,
+    "decode-memory": has_cells,
+    "quickstart": has_quickstart_runs,
+    "train-profile": lambda: (RESULTS / "train-profile.json").exists(),
+}
+
+
 def render_all() -> dict[str, str]:
-    return {name: render() for name, render in TABLES.items()}
+    return {name: render() for name, render in TABLES.items() if name not in WHEN or WHEN[name]()}
 
 
 def blocks(text: str) -> dict[str, str]:
@@ -701,6 +942,8 @@ def main() -> None:
         sys.exit(f"report.py: cannot render from {RESULTS}: {type(err).__name__}: {err}")
     if args.check:
         problems = stale(README.read_text(), rendered)
+        if not REFERENCE.is_file() or REFERENCE.read_text(encoding="utf-8") != reference_text():
+            problems.append(f"{REFERENCE.relative_to(ROOT)} differs from the quickstart results")
         for line in problems:
             print(f"README.md: {line}", file=sys.stderr)
         if problems:
@@ -712,6 +955,7 @@ def main() -> None:
         new = updated(text, rendered)
         missing = [name for name in rendered if name not in blocks(new)]
         README.write_text(new)
+        REFERENCE.write_text(reference_text(), encoding="utf-8")
         print(f"README.md: {len(rendered) - len(missing)} tables written")
         for name in missing:
             print(

@@ -30,7 +30,6 @@ def path(request, monkeypatch):
         if not aiayn.inference._ONEDNN:
             pytest.skip("PyTorch built without oneDNN")
         monkeypatch.setattr(aiayn.inference, "PACK_MIN_ELEMENTS", 0)
-        monkeypatch.setattr(aiayn.inference, "PACK_MIN_ROWS", 0)
     return request.param
 
 

@@ -99,6 +99,7 @@ def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     for recipe in recipes_dir().glob("*.yaml"):
         assert f"aiayn/configs/{recipe.name}" in names, recipe.name
     assert "aiayn/__main__.py" in names
+    assert "aiayn/configs/quickstart-reference.json" in names  # the reference line
 
     venv = base / "venv"
     run([sys.executable, "-m", "venv", "--without-pip", str(venv)], base, env)

@@ -386,14 +386,20 @@ def _check_device(device: str) -> None:
 
 
 def _load_translator(
-    run: Path, device: str, tokenizer: Path | None, precision: Precision = Precision.FP32
+    run: Path,
+    device: str,
+    tokenizer: Path | None,
+    precision: Precision = Precision.FP32,
+    shortlist: Path | None = None,
 ):
     from aiayn.model_use import ENCODER_DECODER, check_run_shape
     from aiayn.translate import Translator
 
     _check_device(device)
     weights = check_run_shape(run, ENCODER_DECODER)  # a GPT or BERT run is refused by name
-    return Translator.load(weights, device=device, tokenizer=tokenizer, dtype=precision.dtype)
+    return Translator.load(
+        weights, device=device, tokenizer=tokenizer, dtype=precision.dtype, shortlist=shortlist
+    )
 
 
 def _write_lines(lines: list[str], output: Path | None) -> None:
@@ -425,7 +431,7 @@ def _inference_precision(name: str | Precision) -> Precision:
     if isinstance(name, Precision):  # the default
         return name
     if name not in _DTYPES:
-        raise typer.BadParameter(f"{name!r} is not one of {', '.join(_DTYPES)}")
+        raise typer.BadParameter(f"{name!r}; use {', '.join(_DTYPES)}")
     return _DTYPES[name]
 
 
@@ -436,11 +442,19 @@ PrecisionOpt = Annotated[
         parser=_inference_precision,
         metavar="[" + "|".join(_DTYPES) + "]",
         show_default=Precision.FP32.dtype_name,
-        help="Model precision (bfloat16 suits GPUs).",
+        help="Model precision (bfloat16 suits GPUs; int8: int8 products on the CPU).",
     ),
 ]
 TokenizerOpt = Annotated[
     Path | None, typer.Option("--tokenizer", help="Subword model (default: RUN/spm.model).")
+]
+ShortlistOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--shortlist",
+        help="Output shortlist file (aiayn prepare's shortlist.safetensors or aiayn shortlist "
+        "build's): pick only among each batch's candidates (default: the whole vocabulary).",
+    ),
 ]
 
 
@@ -475,6 +489,7 @@ def translate(
     device: DeviceOpt = "cpu",
     dtype: PrecisionOpt = Precision.FP32,
     tokenizer: TokenizerOpt = None,
+    shortlist: ShortlistOpt = None,
 ) -> None:
     """Translate stdin or a file, one sentence per line, keeping order and empty lines.
 
@@ -491,7 +506,7 @@ def translate(
         if output is not None:
             check_output(output, "-o")
         lines = read_lines(input) if input else list(decode_lines(sys.stdin.buffer, "<stdin>"))
-        translator = _load_translator(run, device, tokenizer, dtype)
+        translator = _load_translator(run, device, tokenizer, dtype, shortlist)
         config = translator.decode_config(
             nbest=nbest,
             sampling=sample,
@@ -552,6 +567,7 @@ def evaluate(
     device: DeviceOpt = "cpu",
     dtype: PrecisionOpt = Precision.FP32,
     tokenizer: TokenizerOpt = None,
+    shortlist: ShortlistOpt = None,
 ) -> None:
     """sacreBLEU (with signature) and chrF, plus the paper-style tokenized BLEU, labelled.
 
@@ -572,7 +588,7 @@ def evaluate(
         sources, references = read_lines(src), read_lines(ref)
         if len(sources) != len(references):
             raise ValueError(f"{src} has {len(sources)} lines but {ref} has {len(references)}")
-        translator = _load_translator(run, device, tokenizer, dtype)
+        translator = _load_translator(run, device, tokenizer, dtype, shortlist)
         hypotheses = translator.translate(
             sources, beam=beam, alpha=alpha, max_tokens=max_tokens, progress=True
         )
@@ -734,6 +750,11 @@ def _load_lm(run: Path, device: str, command: str, precision: Precision = Precis
     """The `Generator` (command "generate") or `MaskFiller` ("fill") of RUN: an aiayn run
     or checkpoint, a directory `aiayn convert` wrote, or a transformers directory."""
     _check_device(device)
+    if precision is Precision.INT8:
+        raise ValueError(
+            f"--dtype int8: {command} runs float32, bfloat16 or float16; int8 is for "
+            "translate, evaluate and serve"
+        )
     if command == "generate":
         from aiayn.generate import Generator as User
     else:
@@ -931,6 +952,59 @@ def prune(
     typer.echo(f"wrote {out}; translate with: aiayn translate {out}")
 
 
+# ----- output shortlists ---------------------------------------------------------
+
+shortlist_app = typer.Typer(
+    help="Output shortlists: decode over each batch's likely target pieces only.",
+    no_args_is_help=True,
+)
+app.add_typer(shortlist_app, name="shortlist")
+
+
+@shortlist_app.command("build")
+def shortlist_build_command(
+    model_dir: Annotated[
+        Path,
+        typer.Argument(help="A converted or transformers Marian directory, or an aiayn run."),
+    ],
+    source: Annotated[Path, typer.Option(help="Source sentences, one per line.")],
+    target: Annotated[Path, typer.Option(help="Their translations, aligned by line.")],
+    out: Annotated[Path, typer.Option(help="The shortlist file to write (.safetensors).")],
+    frequent: Annotated[int, typer.Option(help="Most frequent target pieces kept.")] = 1000,
+    per_source: Annotated[int, typer.Option(help="Translations kept per source piece.")] = 20,
+    min_count: Annotated[
+        int, typer.Option(help="Sentence pairs a translation must co-occur in.")
+    ] = 2,
+    tokenizer: TokenizerOpt = None,
+) -> None:
+    """Build a shortlist from a parallel text, with the model's own tokenization.
+
+    Use it with `aiayn translate / evaluate / serve MODEL --shortlist OUT`.
+    """
+    import logging
+
+    from aiayn.data.tokenizer import SentencePieceTokenizer
+    from aiayn.files import check_output
+    from aiayn.marian import MarianTokenizer
+    from aiayn.shortlist import build_from_files
+    from aiayn.translate import find_tokenizer
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        check_output(out, "--out")
+        if tokenizer is not None:
+            subwords = SentencePieceTokenizer.load(tokenizer)
+        elif (model_dir / "vocab.json").is_file():
+            subwords = MarianTokenizer(model_dir)
+        else:
+            subwords = SentencePieceTokenizer.load(find_tokenizer(model_dir))
+        shortlist = build_from_files(subwords, source, target, frequent, per_source, min_count)
+        shortlist.save(out)
+    except (FileNotFoundError, ValueError) as err:
+        raise _fail(err) from None
+    typer.echo(f"wrote {out} ({shortlist}); use it with --shortlist {out}")
+
+
 # ----- conversion: convert marian ----------------------------------------------
 
 convert_app = typer.Typer(
@@ -1035,6 +1109,7 @@ def serve(
     device: DeviceOpt = "cpu",
     dtype: PrecisionOpt = Precision.FP32,
     tokenizer: TokenizerOpt = None,
+    shortlist: ShortlistOpt = None,
 ) -> None:
     """Serve translations over HTTP with dynamic batching, and the attention explorer.
 
@@ -1059,9 +1134,11 @@ def serve(
             threads=threads,
         )
         if (run / "config.json").is_file():  # a Marian directory as transformers saves it
-            translator = Translator.from_marian(run, device=device, dtype=dtype.dtype)
+            translator = Translator.from_marian(
+                run, device=device, dtype=dtype.dtype, shortlist=shortlist
+            )
         else:
-            translator = _load_translator(run, device, tokenizer, dtype)
+            translator = _load_translator(run, device, tokenizer, dtype, shortlist)
     except (FileNotFoundError, ValueError) as err:
         raise _fail(err) from None
     run_server(create_app(translator, settings, run), host, port, access_log)
@@ -1100,6 +1177,10 @@ def quickstart(
     ] = None,
     beam: BeamOpt = 4,
     alpha: AlphaOpt = 0.6,
+    seed: Annotated[
+        int | None,
+        typer.Option(help="Training seed (default: the recipe's); a run resumes with its own."),
+    ] = None,
 ) -> None:
     """The demo: prepare the Bible (English -> Spanish), train, evaluate, translate, plot."""
     from aiayn.data.bible import SwordModuleMissing
@@ -1122,6 +1203,7 @@ def quickstart(
             beam=beam,
             alpha=alpha,
             test_pairs=test_pairs,
+            seed=seed,
         )
         run_quickstart(config, echo=typer.echo)
     except (SwordModuleMissing, FileNotFoundError, ValueError) as err:

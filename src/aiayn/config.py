@@ -483,13 +483,15 @@ class Precision(str, Enum):
     Training (`TrainConfig.precision`) autocasts the forward and backward passes to
     it; the weights stay fp32. Inference (`aiayn translate --dtype`) casts the
     weights themselves to `dtype`. torch's names are accepted too:
-    `Precision("bfloat16") is Precision.BF16`.
+    `Precision("bfloat16") is Precision.BF16`. INT8 is inference only (int8
+    products on the CPU, `aiayn.inference.freeze`); training refuses it.
     """
 
     FP32 = "fp32"  # the CPU default
     BF16 = "bf16"  # autocast to bfloat16 (CUDA's default choice; weights stay fp32)
     FP16 = "fp16"  # autocast to float16 with a gradient scaler (CUDA only)
     AUTO = "auto"  # training only: bf16 where the hardware multiplies bf16 natively, else fp32
+    INT8 = "int8"  # inference only, on the CPU: int8 weights, activations quantized per call
 
     @classmethod
     def _missing_(cls, value: object) -> Precision | None:
@@ -497,7 +499,7 @@ class Precision(str, Enum):
 
     @property
     def dtype_name(self) -> str:
-        """torch's name of the dtype: "float32", "bfloat16" or "float16".
+        """torch's name of the dtype: "float32", "bfloat16", "float16" or "int8".
 
         Raises:
             ValueError: for AUTO, which names no dtype until a device is known.
@@ -517,7 +519,12 @@ class Precision(str, Enum):
         return getattr(torch, self.dtype_name)
 
 
-_DTYPE_NAMES = {Precision.FP32: "float32", Precision.BF16: "bfloat16", Precision.FP16: "float16"}
+_DTYPE_NAMES = {
+    Precision.FP32: "float32",
+    Precision.BF16: "bfloat16",
+    Precision.FP16: "float16",
+    Precision.INT8: "int8",
+}
 
 
 @dataclass(frozen=True)
@@ -610,6 +617,8 @@ class TrainConfig:
             raise fail("betas", "two numbers in [0, 1)")
         object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
         precision = enum_member(Precision, self.precision, "TrainConfig.precision")
+        if precision is Precision.INT8:
+            raise fail("precision", "fp32, bf16, fp16 or auto (int8 is for inference only)")
         object.__setattr__(self, "precision", precision)
 
     def to_dict(self) -> dict[str, Any]:

@@ -7,11 +7,18 @@ directory:
     OUT/run/          the training run (config.yaml, checkpoints, metrics, TensorBoard)
     OUT/eval/         test-set hypotheses.txt and scores.json
     OUT/attention/    encoder.png, decoder.png, cross.png for one test sentence
-    OUT/results.json  the headline figures (BLEU, chrF, steps, minutes, device, ...)
+    OUT/results.json  the headline figures (BLEU, chrF, seed, device, ...) and the
+                      run's `budget` (steps, epochs, tokens/s, FLOPs, % of peak:
+                      `aiayn.budget`)
 
 A second call with the same OUT reuses the corpus and resumes training: the time
 budget counts the run's total training time, so `--minutes 30` after a 15-minute
-run trains 15 minutes more, and the same budget again only re-evaluates.
+run trains 15 minutes more, and the same budget again only re-evaluates. A run
+resumes with the seed it started with: another `--seed` needs another OUT.
+
+Next to BLEU it prints the reference: the median and range of BLEU over the seeds
+recorded for this recipe and budget (`configs/quickstart-reference.json`, written by
+`benchmarks/report.py --write` from `benchmarks/results/quickstart-*.json`).
 """
 
 from __future__ import annotations
@@ -19,21 +26,28 @@ from __future__ import annotations
 import json
 import logging
 import shlex
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import yaml
 
-from aiayn.checkpoint import average_last, resolve_weights, step_checkpoints
+from aiayn.budget import budget_line, training_budget
+from aiayn.checkpoint import average_last, latest_checkpoint, resolve_weights, step_checkpoints
 from aiayn.configs import find_recipe, recipes_dir
+from aiayn.data.batching import TokenBatcher
 from aiayn.data.corpus import CORPUS_FILE, PreparedCorpus
 from aiayn.data.prepare import BIBLE_VOCAB_SIZE, PrepareConfig, prepare_bible
 from aiayn.data.tokenizer import TOKENIZER_FILE
+from aiayn.distributed import DistEnv
 from aiayn.evaluate import score, write_report
 from aiayn.files import write_atomic
-from aiayn.train import train_from_recipe
+from aiayn.recipe import CONFIG_FILE, load_recipe
+from aiayn.tasks import build_task
+from aiayn.train import TrainResult, train_from_recipe
 from aiayn.translate import Translator
 from aiayn.viz import plot_translation_attention
 
@@ -42,6 +56,7 @@ log = logging.getLogger(__name__)
 RESULTS_FILE = "results.json"
 CPU_RECIPE = "bible-en-es-cpu.yaml"
 GPU_RECIPE = "bible-en-es-gpu.yaml"
+REFERENCE_FILE = "quickstart-reference.json"
 
 
 def default_recipe(device: str) -> Path:
@@ -72,6 +87,8 @@ class QuickstartConfig:
         beam, alpha: beam search on the test set (section 6: 4 and 0.6).
         test_pairs: score only the first N test pairs (None: all of them).
         samples: sample translations to show.
+        seed: the training seed (`train.seed`: initialisation, data order,
+            dropout); None keeps the recipe's. A run resumes only with its own seed.
     """
 
     out: Path = Path("quickstart")
@@ -85,8 +102,15 @@ class QuickstartConfig:
     alpha: float = 0.6
     test_pairs: int | None = None
     samples: int = 5
+    seed: int | None = None
 
     def __post_init__(self) -> None:
+        seeded = [o for o in self.overrides if o.startswith("train.seed=")]
+        if self.seed is not None and seeded:
+            raise ValueError(
+                f"seed {self.seed} and the override {seeded[0]!r} both set train.seed; "
+                "give one of them"
+            )
         if self.minutes <= 0:
             raise ValueError(f"minutes must be positive, got {self.minutes}")
         if self.average_last < 1:
@@ -95,6 +119,16 @@ class QuickstartConfig:
             raise ValueError(f"test_pairs must be at least 1, got {self.test_pairs}")
         if self.device.startswith("cuda") and not torch.cuda.is_available():
             raise ValueError(f"device {self.device!r}: no CUDA device is available here")
+
+    def recipe_overrides(self, corpus: Path) -> list[str]:
+        """The `section.key=value` settings the quickstart puts on its recipe."""
+        seed = [f"train.seed={self.seed}"] if self.seed is not None else []
+        return [
+            f"data.corpus={corpus.resolve()}",
+            f"train.max_minutes={self.minutes}",
+            *seed,
+            *self.overrides,
+        ]
 
 
 def prepared_bible(directory: Path, vocab_size: int, echo: Callable[[str], None]) -> PreparedCorpus:
@@ -151,7 +185,8 @@ def run_quickstart(
         aiayn.data.bible.SwordModuleMissing: the Debian Bible packages are missing
             (the message gives the apt-get line).
         FileNotFoundError: the recipe is missing.
-        ValueError: the recipe or an override is invalid.
+        ValueError: the recipe or an override is invalid, or OUT holds a run of
+            another seed.
     """
     out = config.out
     recipe = find_recipe(config.recipe) if config.recipe else default_recipe(config.device)
@@ -161,20 +196,21 @@ def run_quickstart(
 
     corpus = prepared_bible(out / "data", config.vocab_size, echo)
 
+    overrides = config.recipe_overrides(corpus.root)
+    seed = load_recipe(recipe, overrides).train.seed
+    check_same_seed(out / "run", seed)
     echo(
         f"train: {recipe.name if isinstance(recipe, Path) else recipe} on {config.device}, "
-        f"{config.minutes:g} minutes in all (a second run resumes)"
+        f"seed {seed}, {config.minutes:g} minutes in all (a second run resumes)"
     )
-    overrides = [
-        f"data.corpus={corpus.root.resolve()}",
-        f"train.max_minutes={config.minutes}",
-        *config.overrides,
-    ]
     trained = train_from_recipe(recipe, out / "run", overrides, device=config.device)
     echo(
         f"train: {trained.steps:,} steps, {trained.epochs:.2f} epochs, "
         f"{trained.train_minutes:.1f} minutes (stopped: {trained.stopped})"
     )
+    budget = run_budget(recipe, overrides, corpus, trained, config.device)
+    if budget is not None:
+        echo(budget_line(budget))
 
     weights = best_weights(trained.run_dir, config.average_last, echo)
     translator = Translator.load(
@@ -192,6 +228,7 @@ def run_quickstart(
 
     echo("")
     echo(scores.summary())
+    echo(reference_line(recipe, config.minutes, config.device))
     echo("")
     samples = []
     for i in evenly_spaced(len(pairs), config.samples):
@@ -211,11 +248,14 @@ def run_quickstart(
         "bleu_signature": scores.bleu_signature,
         "steps": trained.steps,
         "epochs": round(trained.epochs, 3),
+        "minutes": config.minutes,
         "train_minutes": round(trained.train_minutes, 2),
         "stopped": trained.stopped,
+        "seed": seed,
         "device": config.device,
         "device_name": _device_name(config.device),
         "test_pairs": len(pairs),
+        "average_last": config.average_last,
         "beam": config.beam,
         "alpha": config.alpha,
         "translate_seconds": round(translate_seconds, 1),
@@ -226,6 +266,7 @@ def run_quickstart(
         "weights": str(weights),
         "attention_sentence": sentence,
         "samples": samples,
+        "budget": budget,
         "date": time.strftime("%Y-%m-%d"),
     }
     results_path = out / RESULTS_FILE
@@ -245,6 +286,78 @@ def run_quickstart(
     return results
 
 
+def check_same_seed(run_dir: Path, seed: int) -> None:
+    """Refuse to resume a run that started with another seed (before any work is done).
+
+    Raises:
+        ValueError: naming both seeds and the fix.
+    """
+    config = run_dir / CONFIG_FILE
+    if latest_checkpoint(run_dir) is None or not config.is_file():
+        return  # nothing to resume: any seed starts the run
+    started = (yaml.safe_load(config.read_text(encoding="utf-8")) or {}).get("train", {})
+    if started.get("seed", seed) != seed:
+        raise ValueError(
+            f"{run_dir} was trained with seed {started['seed']}, not {seed}: a run resumes "
+            f"with its own seed (--seed {started['seed']}); give another --out for another seed"
+        )
+
+
+def run_budget(
+    recipe: str | Path,
+    overrides: list[str],
+    corpus: PreparedCorpus,
+    trained: TrainResult,
+    device: str,
+) -> dict[str, object] | None:
+    """The run's `aiayn.budget.training_budget`; None (logged) where it is not counted.
+
+    The training batches are cut again from the corpus (a second or so on the Bible)
+    to count the tokens and FLOPs of exactly those the run read.
+    """
+    loaded = load_recipe(recipe, overrides)
+    tokenizer = corpus.tokenizer()
+    cfg = loaded.model_config(
+        tokenizer.vocab_size, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id
+    )
+    data = build_task(loaded.task, cfg).build_data(corpus, tokenizer, loaded.train, DistEnv())
+    if not isinstance(data.train, TokenBatcher):
+        log.info("no budget: task %s does not batch pairs", loaded.task)
+        return None
+    try:
+        return training_budget(
+            cfg, data.train, trained.steps, trained.epochs, trained.train_minutes, device
+        )
+    except ValueError as err:
+        log.info("no budget: %s", err)
+        return None
+
+
+def reference_file() -> Path:
+    """The packaged reference figures (see `reference_line`)."""
+    return recipes_dir() / REFERENCE_FILE
+
+
+def reference_line(recipe: str | Path, minutes: float, device: str) -> str:
+    """The line printed next to BLEU: recorded runs of this recipe and budget.
+
+    From `configs/quickstart-reference.json`: per recipe, minutes and device kind, the
+    median and range of test BLEU over the recorded seeds. Says so when none is.
+    """
+    name, kind = Path(recipe).name, device.split(":")[0]
+    path = reference_file()
+    entries = json.loads(path.read_text(encoding="utf-8"))["references"] if path.is_file() else []
+    for entry in entries:
+        if (entry["recipe"], entry["minutes"], entry["device"]) == (name, minutes, kind):
+            bleu = entry["bleu"]
+            return (
+                f"reference on {entry['machine']}: median {statistics.median(bleu):.2f} BLEU "
+                f"(range {min(bleu):.2f}-{max(bleu):.2f}) over {len(bleu)} seed"
+                f"{'s' if len(bleu) != 1 else ''}, {minutes:g} minutes"
+            )
+    return f"reference: none recorded yet for {name} at {minutes:g} minutes on {kind}"
+
+
 def train_longer_command(config: QuickstartConfig) -> str:
     """The `aiayn quickstart` line that resumes this run with twice the time budget.
 
@@ -257,6 +370,8 @@ def train_longer_command(config: QuickstartConfig) -> str:
         args += ["--device", config.device]
     if config.recipe is not None:
         args += ["--recipe", str(config.recipe)]
+    if config.seed is not None:
+        args += ["--seed", str(config.seed)]
     for override in config.overrides:
         args += ["--set", override]
     if config.vocab_size != BIBLE_VOCAB_SIZE:

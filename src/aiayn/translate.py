@@ -41,6 +41,7 @@ from aiayn.marian import (
 from aiayn.model import Transformer
 from aiayn.model_use import ENCODER_DECODER, check_shape
 from aiayn.search import DecodeConfig, Hypothesis, search
+from aiayn.shortlist import Shortlist, Shortlisted
 
 log = logging.getLogger(__name__)
 
@@ -84,12 +85,18 @@ class Translator:
         device: where to run the search.
         dtype: the model's floating-point type there (e.g. torch.bfloat16 on a GPU);
             unchanged by default. Search scores are summed in float32 regardless.
+            torch.int8 (CPU only): `engine` runs int8 products
+            (`aiayn.inference.freeze`) while `model` stays float32.
         decode: how `translate` searches unless told otherwise (default: the
             paper's beam search, `DecodeConfig()`).
+        shortlist: an output shortlist (`aiayn.shortlist`), or its file: the
+            search then picks only among each batch's candidates. None (the
+            default): the whole vocabulary.
 
     Raises:
         ValueError: if the subword model's vocabulary or special ids do not match
-            the model's.
+            the model's, or int8 is asked for on a device other than the CPU, or
+            the shortlist is invalid or for another vocabulary.
     """
 
     def __init__(
@@ -99,6 +106,7 @@ class Translator:
         device: str | torch.device = "cpu",
         dtype: torch.dtype | None = None,
         decode: DecodeConfig | None = None,
+        shortlist: Shortlist | str | Path | None = None,
     ) -> None:
         cfg = model.cfg
         check_shape(cfg, ENCODER_DECODER, "the model")  # a GPT or BERT model is refused by name
@@ -115,10 +123,19 @@ class Translator:
                 f"uses {(cfg.pad_id, cfg.bos_id, cfg.eos_id)}"
             )
         self.device = torch.device(device)
-        self.model = model.to(self.device, dtype=dtype).eval()
-        self.engine = freeze(self.model)  # what decodes: the inference transform of `model`
+        int8 = dtype == torch.int8
+        if int8 and self.device.type != "cpu":
+            raise ValueError(f"int8 runs on the CPU, not on {self.device}; use bfloat16 there")
+        self.model = model.to(self.device, dtype=torch.float32 if int8 else dtype).eval()
+        # what decodes: the inference transform of `model`
+        self.engine = freeze(self.model, torch.int8 if int8 else None)
+        self.dtype = dtype if int8 else next(self.model.parameters()).dtype  # what it runs in
         self.tokenizer = tokenizer
         self.decode = decode or DecodeConfig()
+        if shortlist is not None:  # the output projection runs over candidates only
+            if not isinstance(shortlist, Shortlist):
+                shortlist = Shortlist.load(shortlist, cfg.vocab_size)
+            self.engine = Shortlisted(self.engine, shortlist)
 
     @classmethod
     def load(
@@ -127,6 +144,7 @@ class Translator:
         device: str | torch.device = "cpu",
         tokenizer: str | Path | None = None,
         dtype: torch.dtype | None = None,
+        shortlist: Shortlist | str | Path | None = None,
     ) -> Translator:
         """Load a run directory, a checkpoint directory or a weights file.
 
@@ -145,7 +163,7 @@ class Translator:
                 `.safetensors` file; see `aiayn.checkpoint.resolve_weights`.
             device: e.g. "cpu" or "cuda".
             tokenizer: the subword model; by default the run's `spm.model`.
-            dtype: see the class docstring.
+            dtype, shortlist: see the class docstring.
 
         Raises:
             FileNotFoundError: if the checkpoint or subword model is missing.
@@ -157,11 +175,11 @@ class Translator:
             model = load_model(weights, device="cpu")
             log.info("loaded %s with Marian tokenization", weights)
             marian = MarianTokenizer(weights.parent)
-            return cls(model, marian, device, dtype, generation.decode_config())
+            return cls(model, marian, device, dtype, generation.decode_config(), shortlist)
         spm_path = Path(tokenizer) if tokenizer is not None else find_tokenizer(weights)
         model = load_model(weights, device="cpu")
         log.info("loaded %s with subword model %s", weights, spm_path)
-        return cls(model, SentencePieceTokenizer.load(spm_path), device, dtype)
+        return cls(model, SentencePieceTokenizer.load(spm_path), device, dtype, None, shortlist)
 
     @classmethod
     def from_marian(
@@ -169,6 +187,7 @@ class Translator:
         directory: str | Path,
         device: str | torch.device = "cpu",
         dtype: torch.dtype | None = None,
+        shortlist: Shortlist | str | Path | None = None,
         **overrides: Any,
     ) -> Translator:
         """A Marian / opus-mt directory as `transformers` saves it, run by aiayn.
@@ -180,7 +199,7 @@ class Translator:
         Args:
             directory: holds config.json, the weights (safetensors or PyTorch),
                 source.spm, target.spm and vocab.json.
-            device, dtype: see the class docstring.
+            device, dtype, shortlist: see the class docstring.
             **overrides: `DecodeConfig` fields to set otherwise (beam, alpha, ...).
 
         Raises:
@@ -190,7 +209,7 @@ class Translator:
         """
         model = load_marian_model(directory)
         decode = marian_generation(directory).decode_config(**overrides)
-        return cls(model, MarianTokenizer(directory), device, dtype, decode)
+        return cls(model, MarianTokenizer(directory), device, dtype, decode, shortlist)
 
     # ----- translating --------------------------------------------------------
 

@@ -187,7 +187,7 @@ def test_prepared_directory_layout(text_corpus):
     corpus, info = text_corpus
     root = corpus.root
     assert sorted(p.name for p in root.iterdir()) == sorted(
-        ["corpus.json", "stats.json", "spm.model"]
+        ["corpus.json", "stats.json", "spm.model", "shortlist.safetensors"]
         + [f"{s}.{lang}" for s in ("train", "valid", "test") for lang in ("en", "de")]
     )
     loaded = PreparedCorpus.load(root)

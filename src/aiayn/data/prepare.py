@@ -57,6 +57,7 @@ Pairs = list[tuple[str, str]]
 # times per epoch at 8,000), which matters on a corpus this small.
 BIBLE_VOCAB_SIZE = 8000
 WMT_VOCAB_SIZE = 37000  # section 5.1: a shared source-target vocabulary of about 37,000
+SHORTLIST_MAX_PAIRS = 300_000  # training pairs counted for the output shortlist
 
 
 @dataclass(frozen=True)
@@ -284,6 +285,7 @@ def prepare_corpus(
             "splits": {name: [f"{name}.{src_lang}", f"{name}.{tgt_lang}"] for name in SPLITS},
             "stats": STATS_FILE,
         }
+        _write_shortlist(out, tokenizer, kept["train"])
         files = {}
         for name, pairs in kept.items():
             files[f"{name}.{src_lang}"] = [s for s, _ in pairs]
@@ -295,6 +297,27 @@ def prepare_corpus(
         ", ".join(f"{name} {stats[name].pairs} pairs" for name in SPLITS),
     )
     return PreparedCorpus.load(out)
+
+
+def _write_shortlist(out: Path, tokenizer: SentencePieceTokenizer, train: Pairs) -> None:
+    """Write the output shortlist (`aiayn.shortlist`) of the training pairs into `out`.
+
+    At most `SHORTLIST_MAX_PAIRS` pairs are counted, evenly spaced over the split.
+    """
+    from aiayn.shortlist import SHORTLIST_FILE, build
+
+    step = max(1, -(-len(train) // SHORTLIST_MAX_PAIRS))
+    sample = train[::step]
+    log.info("counting the shortlist's translations on %d training pairs", len(sample))
+    shortlist = build(
+        tokenizer.encode_batch([s for s, _ in sample]),
+        tokenizer.encode_batch([t for _, t in sample]),
+        tokenizer.vocab_size,
+        tokenizer.eos_id,
+        exclude=sorted({tokenizer.pad_id, tokenizer.bos_id}),
+    )
+    shortlist.save(out / SHORTLIST_FILE)
+    log.info("wrote %s (%r)", out / SHORTLIST_FILE, shortlist)
 
 
 # ----- sources ----------------------------------------------------------------------

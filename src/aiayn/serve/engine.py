@@ -101,7 +101,7 @@ def model_info(translator: Translator, source: Path) -> dict[str, Any]:
         "languages": languages(source),
         "parameters": translator.model.num_parameters(),
         "device": str(translator.device),
-        "dtype": str(next(translator.model.parameters()).dtype).removeprefix("torch."),
+        "dtype": str(translator.dtype).removeprefix("torch."),
         "decoding": _plain(dataclasses.asdict(translator.decode)),
     }
 

@@ -1,0 +1,204 @@
+"""The decoding benchmark's own arithmetic: per-cell ratios, memory, the synthetic corpus,
+and report.py's tables of its 8 cells and of memory (from a hand-made results file)."""
+
+from __future__ import annotations
+
+import importlib.util
+import statistics
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _module(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return _module("bench_decode")
+
+
+@pytest.fixture(scope="module")
+def common():
+    return _module("common")
+
+
+@pytest.fixture()
+def report():
+    return _module("report")  # fresh: tests replace its `load`
+
+
+TIMES = {
+    "aiayn": [2.0, 4.0, 3.0],
+    "aiayn-int8": [1.0, 2.0, 1.5],
+    "aiayn-int8-shortlist": [1.2, 2.2, 1.6],
+    "ct2-int8": [1.5, 2.0, 3.0],
+    "ct2-fp32": [2.0, 2.0, 2.0],
+}
+
+
+def test_the_best_is_the_fastest_qualifying_system_against_ct2_int8(bench):
+    summary = bench.cell_summary(TIMES, ["aiayn-int8-shortlist", "aiayn-int8", "aiayn"])
+    assert summary["best_system"] == "aiayn-int8"  # median 1.5 s, the lowest
+    # per round, CT2 int8's time over aiayn int8's: 1.5, 1.0, 2.0
+    assert summary["best_vs_ct2_int8"] == pytest.approx(1.5)
+    # per round, CT2 fp32's time over aiayn fp32's: 1.0, 0.5, 0.667
+    assert summary["fp32_vs_ct2_fp32"] == pytest.approx(statistics.median([1.0, 0.5, 2 / 3]))
+
+
+def test_a_system_outside_best_of_is_never_best(bench):
+    summary = bench.cell_summary(TIMES, ["aiayn"])
+    assert summary["best_system"] == "aiayn"
+    assert summary["best_vs_ct2_int8"] == pytest.approx(statistics.median([0.75, 0.5, 1.0]))
+
+
+def test_ratios_are_none_where_a_system_did_not_run(bench):
+    times = {s: TIMES[s] for s in ("aiayn-int8", "ct2-fp32")}
+    summary = bench.cell_summary(times, ["aiayn-shortlist"])
+    assert summary == {"best_system": None, "best_vs_ct2_int8": None, "fp32_vs_ct2_fp32": None}
+
+
+def test_outputs_are_compared_with_the_same_aiayn_without_the_change(bench):
+    assert bench.same_as("aiayn") is None
+    assert bench.same_as("aiayn-int8") == "aiayn"
+    assert bench.same_as("aiayn-shortlist") == "aiayn"
+    assert bench.same_as("aiayn-int8-shortlist") == "aiayn-int8"
+    assert bench.same_as("hf-bf16") == "aiayn-bf16"
+    assert bench.same_as("ct2-int8") == "aiayn"
+
+
+def test_unknown_systems_and_bad_thread_counts_are_refused(bench, monkeypatch, capsys):
+    for argv, said in (
+        (["--systems", "aiayn,nonesuch"], "unknown system(s) nonesuch"),
+        (["--best-of", "aiayn-int9"], "unknown system(s) aiayn-int9"),
+        (["--threads", "2,x"], "--threads '2,x'"),
+        (["--threads", "0"], "thread counts are 1 or more"),
+    ):
+        monkeypatch.setattr("sys.argv", ["bench_decode.py", *argv])
+        with pytest.raises(SystemExit):
+            bench.main()
+        assert said in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
+def test_memory_high_water_mark_rises_with_an_allocation(common):
+    before = common.memory_mb()
+    block = bytearray(64 * 1024 * 1024)
+    block[::4096] = b"x" * len(block[::4096])  # touch every page: resident
+    after = common.memory_mb()
+    assert after["peak"] - before["peak"] >= 60
+    assert after["now"] - before["now"] >= 60
+    del block
+    freed = common.memory_mb()
+    assert after["now"] - freed["now"] >= 60
+    assert freed["peak"] >= after["peak"] - 1  # the high-water mark stays (kernel counters lag)
+
+
+def test_synthetic_corpus_translates_each_source_id_by_few_ids(common):
+    sources, targets = common.synthetic_parallel(pairs=300, translations=3, function_share=0.0)
+    assert len(sources) == len(targets) == 300
+    assert {len(line) for line in sources + targets} == {29}
+    seen = {i for line in sources + targets for i in line}
+    assert min(seen) >= 2 and max(seen) <= common.VOCAB - 2  # no eos, unk or pad
+    aligned = defaultdict(set)
+    for src, tgt in zip(sources, targets, strict=True):
+        for s, t in zip(src, tgt, strict=True):
+            aligned[s].add(t)
+    assert max(len(ts) for ts in aligned.values()) == 3
+    again = common.synthetic_parallel(pairs=300, translations=3, function_share=0.0)
+    assert again == (sources, targets)
+
+
+def test_function_words_follow_zipf_and_take_their_share(common):
+    sources, targets = common.synthetic_parallel(pairs=400, function_share=0.5, seed=3)
+    top_target = Counter(t for line in targets for t in line).most_common(1)[0][1]
+    top_source = Counter(s for line in sources for s in line).most_common(1)[0][1]
+    tokens = 400 * 29
+    harmonic = sum(1 / rank for rank in range(1, common.VOCAB - 2))  # Zipf over 7,996 ids
+    # the first function word takes 1/harmonic of the function words: 0.5 / 9.56 = 5.2%
+    assert top_target / tokens == pytest.approx(0.5 / harmonic, abs=0.01)
+    assert top_source / tokens < 0.005  # sources are uniform
+
+
+CELL = dict(size="small", search="greedy", batch=32, shortlist_size=1234)
+DATA = {
+    "date": "2026-11-25 01:00",
+    "machine": "test cpu",
+    "cpu_flags": ["avx2", "avx512f"],
+    "versions": {"torch": "2.13"},
+    "commit": "abc1234",
+    "command": "bench_decode.py --threads 2,1",
+    "args": {"threads": "2,1"},
+    "best_of": ["aiayn-int8", "aiayn"],
+    "shortlist": {"frequent": 1000, "per_source": 20},
+    "results": [],
+    "cells": [
+        dict(
+            threads=2,
+            **CELL,
+            best_system="aiayn-int8",
+            best_vs_ct2_int8=1.25,
+            fp32_vs_ct2_fp32=1.04,
+            tokens_per_s={"ct2-int8": 7800.0, "aiayn": 6100.0, "aiayn-int8": 9750.0},
+        ),
+        dict(
+            threads=1,
+            **CELL,
+            best_system="aiayn",
+            best_vs_ct2_int8=0.9,
+            fp32_vs_ct2_fp32=0.95,
+            tokens_per_s={"ct2-int8": 5000.0, "aiayn": 4500.0, "aiayn-int8": 4400.0},
+        ),
+    ],
+    "memory": [
+        dict(threads=2, size="base", system="aiayn-int8", rss_loaded_mb=412.4, rss_peak_mb=530.6),
+        dict(threads=1, size="base", system="aiayn-int8", rss_loaded_mb=999.0, rss_peak_mb=999.0),
+        dict(threads=2, size="base", system="ct2-int8", rss_loaded_mb=88.0, rss_peak_mb=None),
+    ],
+}
+
+
+def test_the_cells_table_shows_each_thread_count_and_its_ratios(report, monkeypatch):
+    monkeypatch.setattr(report, "load", lambda name: DATA)
+    lines = report.decode_cells().splitlines()
+    header = lines[0]
+    assert "CTranslate2 int8" in header and "aiayn int8" in header
+    assert "aiayn + shortlist" not in header  # no such column without its figures
+    rows = [line for line in lines if line.startswith("| 2 |") or line.startswith("| 1 |")]
+    assert rows[0] == (
+        "| 2 | small | greedy | 32 | 7,800 | 6,100 | 9,750 | aiayn int8 | **1.25x** | 1.04x "
+        "| 1,234 |"
+    )
+    assert rows[1].startswith("| 1 | small | greedy | 32 | 5,000 | 4,500 | 4,400 | aiayn fp32 |")
+    assert "frequent 1000, 20 per source piece" in report.decode_cells()
+
+
+def test_the_memory_table_shows_the_first_thread_count(report, monkeypatch):
+    monkeypatch.setattr(report, "load", lambda name: DATA)
+    text = report.decode_memory()
+    assert "| base | aiayn int8 | 412 | 531 |" in text
+    assert "| base | CTranslate2 int8 | 88 |  |" in text
+    assert "999" not in text  # the 1-thread run's figures
+
+
+def test_goals_judge_every_cell_of_the_first_thread_count(report, monkeypatch):
+    monkeypatch.setattr(report, "load", lambda name: DATA if name == "decode" else {"results": []})
+    monkeypatch.setattr(report, "TRAIN_FILES", ())
+    text = report.goals()
+    assert "| decoding, every cell | aiayn best / CTranslate2 | int8 (best: kept quality) " in text
+    assert "| 1.25x | 1.2x | yes |" in text  # the 1-thread cell's 0.9x is not judged here
+    assert "| 1.04x | 1x | yes |" in text
+
+
+def test_new_tables_are_rendered_only_once_their_results_exist(report, monkeypatch):
+    monkeypatch.setattr(report, "WHEN", {name: lambda: False for name in report.WHEN})
+    rendered = report.render_all()
+    assert not set(report.WHEN) & set(rendered)
+    assert "decode" in rendered  # the tables without a condition still are
