@@ -271,17 +271,36 @@ def test_shipped_recipes_load(name):
 
 
 def test_auto_precision_follows_the_cpu(monkeypatch):
+    import aiayn.precision
     from aiayn.config import Precision
     from aiayn.precision import resolve_precision
 
     cpu = torch.device("cpu")
-    for amx, avx512_bf16, expected in (
-        (True, False, Precision.BF16),
-        (False, True, Precision.BF16),
-        (False, False, Precision.FP32),
+    # native bf16 alone is not enough: the timed products must say bf16 is faster
+    for amx, avx512_bf16, speedup, expected in (
+        (True, False, 2.0, Precision.BF16),
+        (False, True, 1.5, Precision.BF16),
+        (False, True, 0.54, Precision.FP32),  # AVX512-BF16 without AMX, as measured
+        (True, True, 1.05, Precision.FP32),  # below BF16_MIN_SPEEDUP
+        (False, False, 3.0, Precision.FP32),  # emulated: never timed
     ):
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda v=amx: v)
         monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=avx512_bf16: v)
+        monkeypatch.setattr(aiayn.precision, "bf16_matmul_speedup", lambda threads, v=speedup: v)
         assert resolve_precision(Precision.AUTO, cpu) is expected
     for fixed in (Precision.FP32, Precision.BF16, Precision.FP16):
         assert resolve_precision(fixed, cpu) is fixed
+
+
+def test_bf16_speedup_is_the_ratio_of_the_timed_products(monkeypatch):
+    """fp32 time over bf16 time, each the best of its timed calls (a fake clock)."""
+    import aiayn.precision
+
+    aiayn.precision.bf16_matmul_speedup.cache_clear()
+    ticks = iter([0.0, 4.0] * 5 + [10.0, 12.0] * 5)  # fp32 calls take 4 s, bf16's 2 s
+    monkeypatch.setattr(aiayn.precision.time, "perf_counter", lambda: next(ticks))
+    monkeypatch.setattr(aiayn.precision, "SPEEDUP_SHAPE", (4, 4, 4))
+    try:
+        assert aiayn.precision.bf16_matmul_speedup(-1) == pytest.approx(2.0)
+    finally:
+        aiayn.precision.bf16_matmul_speedup.cache_clear()

@@ -8,7 +8,9 @@ not underflow. The `Precision` enum itself lives in `aiayn.config`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import time
 
 import torch
 
@@ -25,17 +27,59 @@ def has_native_bf16(device: torch.device) -> bool:
     return torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()
 
 
+# The timed product of `bf16_matmul_speedup`: a training step's products are of this
+# order (thousands of token rows against weights of hundreds to thousands of columns).
+SPEEDUP_SHAPE = (1024, 512, 1024)
+BF16_MIN_SPEEDUP = 1.1  # auto takes bf16 on the CPU only where its products are this much faster
+
+
+@functools.cache
+def bf16_matmul_speedup(threads: int | None = None) -> float:
+    """How much faster this CPU multiplies bfloat16 than float32 (> 1: bf16 is faster).
+
+    The best of a few timed `SPEEDUP_SHAPE` products in each type, on torch's current
+    threads (`threads` only keys the cache). A CPU may report AVX512-BF16 and still
+    multiply bf16 slower than fp32 (README, "Speed"): the flag alone does not say.
+    About 50 ms, once per process and thread count.
+    """
+    m, k, n = SPEEDUP_SHAPE
+    best = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
+        a @ b  # warm-up: kernel choice and packing buffers
+        times = []
+        for _ in range(5):
+            started = time.perf_counter()
+            a @ b
+            times.append(time.perf_counter() - started)
+        best[dtype] = min(times)
+    return best[torch.float32] / best[torch.bfloat16]
+
+
 def resolve_precision(precision: Precision, device: torch.device) -> Precision:
     """`Precision.AUTO` made concrete for `device`; other precisions stay as they are.
 
-    AUTO is bf16 on CUDA devices that support it and on CPUs with native bf16
-    matrix units (AMX or AVX512-BF16, where bf16 trains faster than fp32), and fp32
-    elsewhere, where bf16 would be emulated and slower.
+    AUTO is bf16 on CUDA devices that support it, and on CPUs that multiply bf16
+    natively (AMX or AVX512-BF16) where a short timing (`bf16_matmul_speedup`) shows
+    bf16 products at least `BF16_MIN_SPEEDUP` times faster than fp32's; fp32
+    elsewhere, where bf16 would be emulated or, as measured on AVX512-BF16 without
+    AMX, slower.
     """
     if precision is not Precision.AUTO:
         return precision
-    chosen = Precision.BF16 if has_native_bf16(device) else Precision.FP32
-    log.info("precision auto -> %s on %s", chosen.value, device)
+    if device.type == "cuda" or not has_native_bf16(device):
+        chosen = Precision.BF16 if has_native_bf16(device) else Precision.FP32
+        log.info("precision auto -> %s on %s", chosen.value, device)
+        return chosen
+    speedup = bf16_matmul_speedup(torch.get_num_threads())
+    chosen = Precision.BF16 if speedup >= BF16_MIN_SPEEDUP else Precision.FP32
+    log.info(
+        "precision auto -> %s on %s (bf16 products measured %.2fx fp32's; bf16 needs %.1fx)",
+        chosen.value,
+        device,
+        speedup,
+        BF16_MIN_SPEEDUP,
+    )
     return chosen
 
 

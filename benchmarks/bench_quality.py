@@ -1,0 +1,163 @@
+"""Translation quality of each inference precision and of the output shortlist, on a trained model.
+
+    aiayn quickstart --out runs/qs30 --minutes 30
+    PYTHONPATH=src python benchmarks/bench_quality.py runs/qs30
+
+On the quickstart's test split (the Bible, English to Spanish) it translates with the
+run's averaged weights in each setting: fp32, bf16, int8 (`freeze(model, torch.int8)`,
+the default: products of `INT8_MIN_ELEMENTS` weights and up, the output projection in
+fp32), int8 with every product quantized, the output projection included ("int8, all
+products": what int8 costs where nothing is kept back), int8 + shortlist and fp32 +
+shortlist (the corpus's `shortlist.safetensors`, written by `aiayn prepare`). For each:
+sacreBLEU and chrF with beam 4 (the paper's search), and the share of test sentences
+whose greedy output is identical to fp32's. It also gives the shortlist's recall (the
+share of reference pieces in their sentence's candidate set) and the mean number of
+candidates per sentence. Seconds are the whole translation of the split, for
+orientation only: speed is measured by `bench_decode.py`.
+
+Writes `benchmarks/results/quality.json`; `report.py --write` renders README's table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch
+
+import aiayn.inference
+import common
+from aiayn import shortlist as shortlists
+from aiayn.checkpoint import load_model, resolve_weights
+from aiayn.data.corpus import PreparedCorpus
+from aiayn.data.tokenizer import TOKENIZER_FILE, SentencePieceTokenizer
+from aiayn.evaluate import score
+from aiayn.translate import Translator
+
+# name -> (dtype, shortlist, every product in int8)
+SETTINGS = {
+    "fp32": (torch.float32, False, False),
+    "bf16": (torch.bfloat16, False, False),
+    "int8": (torch.int8, False, False),
+    "int8-all": (torch.int8, False, True),
+    "int8-shortlist": (torch.int8, True, False),
+    "fp32-shortlist": (torch.float32, True, False),
+}
+
+
+@contextlib.contextmanager
+def every_product_int8() -> Iterator[None]:
+    """`freeze` quantizes every product while this lasts, the output projection included
+    (a benchmark-only setting: the library keeps small products and the output in fp32)."""
+    saved = aiayn.inference.INT8_MIN_ELEMENTS
+    aiayn.inference.INT8_MIN_ELEMENTS = 0
+    try:
+        yield
+    finally:
+        aiayn.inference.INT8_MIN_ELEMENTS = saved
+
+
+def translator(weights: Path, tokenizer: SentencePieceTokenizer, setting: str, shortlist):
+    dtype, with_shortlist, every = SETTINGS[setting]
+    model = load_model(weights, device="cpu")
+    chosen = shortlist if with_shortlist else None
+    if not every:
+        return Translator(model, tokenizer, "cpu", dtype, shortlist=chosen)
+    with every_product_int8():
+        made = Translator(model, tokenizer, "cpu", dtype, shortlist=chosen)
+        made.engine = aiayn.inference.freeze(made.model, torch.int8, int8_output=True)
+    return made
+
+
+def run_weights(run: Path) -> Path:
+    """The quickstart's averaged weights if present, else the run's own."""
+    averaged = sorted((run / "run" / "checkpoints").glob("average-last-*/model.safetensors"))
+    return averaged[-1] if averaged else resolve_weights(run / "run")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("quickstart", type=Path, help="an `aiayn quickstart --out` directory")
+    parser.add_argument("--settings", default=",".join(SETTINGS), help=f"of {list(SETTINGS)}")
+    parser.add_argument("--beam", type=int, default=4)
+    parser.add_argument("--alpha", type=float, default=0.6)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--name", default="quality", help="results file name")
+    args = parser.parse_args()
+    settings = args.settings.split(",")
+    unknown = [s for s in settings if s not in SETTINGS]
+    if unknown or "fp32" not in settings:
+        parser.error(f"--settings: fp32 and any of {list(SETTINGS)}; unknown: {unknown}")
+    common.set_threads(args.threads)
+
+    corpus = PreparedCorpus.load(args.quickstart / "data")
+    weights = run_weights(args.quickstart)
+    tokenizer = SentencePieceTokenizer.load(args.quickstart / "run" / TOKENIZER_FILE)
+    shortlist = shortlists.Shortlist.load(
+        corpus.root / shortlists.SHORTLIST_FILE, tokenizer.vocab_size
+    )
+    pairs = corpus.read(args.split)
+    sources, references = [s for s, _ in pairs], [t for _, t in pairs]
+    source_ids = tokenizer.encode_batch(sources)
+    candidates = [
+        len(shortlist.candidates([*ids, tokenizer.eos_id])) for ids in source_ids
+    ]  # one sentence at a time: a batch's union is larger
+    recall = shortlists.recall(shortlist, source_ids, tokenizer.encode_batch(references))
+
+    rows, greedy_fp32 = [], None
+    for setting in settings:
+        made = translator(weights, tokenizer, setting, shortlist)
+        started = time.perf_counter()
+        beam = made.translate(sources, beam=args.beam, alpha=args.alpha, progress=True)
+        seconds = time.perf_counter() - started
+        greedy = made.translate(sources, beam=1)
+        greedy_fp32 = greedy if setting == "fp32" else greedy_fp32
+        scores = score(beam, references)
+        same = sum(a == b for a, b in zip(greedy, greedy_fp32, strict=True))
+        rows.append(
+            {
+                "setting": setting,
+                "bleu": round(scores.bleu, 2),
+                "chrf": round(scores.chrf, 2),
+                "greedy_same_as_fp32": same,
+                "seconds": round(seconds, 2),
+            }
+        )
+        print(
+            f"{setting:>15}: BLEU {scores.bleu:.2f}  chrF {scores.chrf:.2f}  greedy same as "
+            f"fp32 {same}/{len(sources)}  beam {seconds:.1f} s",
+            flush=True,
+        )
+    path = common.write_json(
+        args.name,
+        {
+            "args": {**vars(args), "quickstart": str(args.quickstart)},
+            "weights": str(weights),
+            "split": args.split,
+            "sentences": len(sources),
+            "bleu_signature": scores.bleu_signature,
+            "shortlist": {
+                "frequent": int(shortlist.frequent.numel()),
+                "per_source": shortlist.per_source,
+                "recall": round(recall, 4),
+                "mean_candidates": round(statistics.mean(candidates), 1),
+                "vocab_size": shortlist.vocab_size,
+            },
+            "int8_min_elements": aiayn.inference.INT8_MIN_ELEMENTS,
+            "results": rows,
+        },
+    )
+    print(f"shortlist recall {recall:.4f}, {statistics.mean(candidates):.0f} candidates/sentence")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
