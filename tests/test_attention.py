@@ -271,3 +271,23 @@ def test_the_gradient_on_a_head_mask_is_each_heads_first_order_importance():
             step[head] = 1e-4
             expected = (loss(1 + step) - loss(1 - step)) / 2e-4
             assert float(grad[head]) == pytest.approx(float(expected), rel=1e-6)
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_under_cpu_bf16_autocast_the_fused_path_attends_in_float32(with_bias):
+    """CPU autocast hands attend() bfloat16 projections; the fused path computes the
+    attention of those very values in float32 (faster there) and returns bfloat16."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 5, 8).bfloat16().requires_grad_() for _ in range(3))
+    mask = padding_mask(torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]), 0)[:, None, None]
+    bias = torch.randn(4, 5, 5) if with_bias else None
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = attend(q, k, v, mask, bias=bias)
+    expected, _ = attend(q.float(), k.float(), v.float(), mask, bias=bias)
+    assert out.dtype == torch.bfloat16
+    assert torch.equal(out, expected.bfloat16())
+    out.float().sum().backward()
+    assert all(t.grad is not None and t.grad.dtype == torch.bfloat16 for t in (q, k, v))
+    # without autocast a bfloat16 model (inference) attends in bfloat16 as given
+    plain, _ = attend(q.detach(), k.detach(), v.detach(), mask, bias=bias)
+    assert plain.dtype == torch.bfloat16

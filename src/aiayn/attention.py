@@ -18,6 +18,7 @@ literal as the paper; fast inference is `aiayn.inference.freeze`.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -80,6 +81,10 @@ def attend(
         causal_part = causal_mask(t_len, s_len, device=q.device)
         mask = causal_part if mask is None else mask & causal_part
         causal = False
+    dtype = q.dtype
+    in_float32 = not need_weights and _float32_under_cpu_autocast(q)
+    if in_float32:  # see _float32_under_cpu_autocast
+        q, k, v = q.float(), k.float(), v.float()
     # Rows with no key to attend: let them attend everything, zero them afterwards,
     # so that neither the output nor its gradient becomes NaN.
     has_key = None
@@ -92,15 +97,16 @@ def attend(
         scores_mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
 
     if not need_weights:
-        out = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=scores_mask,
-            dropout_p=dropout_p,
-            is_causal=causal,
-            enable_gqa=n_kv_heads != n_heads,
-        )
+        with torch.autocast("cpu", enabled=False) if in_float32 else contextlib.nullcontext():
+            out = F.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                attn_mask=scores_mask,
+                dropout_p=dropout_p,
+                is_causal=causal,
+                enable_gqa=n_kv_heads != n_heads,
+            ).to(dtype)
         if has_key is not None:
             out = out.masked_fill(~has_key, 0.0)
         return out, None
@@ -118,6 +124,19 @@ def attend(
         weights = weights.masked_fill(~has_key, 0.0)
     out = F.dropout(weights, p=dropout_p) @ v  # (B, H, T, Dv)
     return out, weights
+
+
+def _float32_under_cpu_autocast(q: Tensor) -> bool:
+    """Whether the fused path runs in float32 although CPU autocast gave it bfloat16.
+
+    Mixed-precision training on the CPU (`TrainConfig.precision` bf16) autocasts the
+    projections to bfloat16, and SDPA with them; but PyTorch's CPU kernels of fused
+    attention are about 3 times slower in bfloat16 than in float32 (forward and
+    backward; `benchmarks/profile_train.py`, README "Where a training step's time
+    goes"), so the attention itself is computed in float32, as the softmax of
+    mixed-precision training usually is, and its output returned in bfloat16.
+    """
+    return q.device.type == "cpu" and q.dtype == torch.bfloat16 and torch.is_autocast_enabled("cpu")
 
 
 # ----- attention kernels: chosen once per module -----------------------------
