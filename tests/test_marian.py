@@ -512,3 +512,49 @@ def test_evaluate_searches_a_converted_model_with_its_own_settings(marian, tmp_p
     with torch.no_grad():  # the saved generation config: beam 4, length penalty 1.0
         expected = hf_tokenizer.batch_decode(reference.generate(**batch), skip_special_tokens=True)
     assert (tmp_path / "eval" / "hypotheses.txt").read_text().splitlines() == expected
+
+
+@pytest.mark.parametrize("marian", ["swish-2x2"], indirect=True)
+def test_convert_int8_carries_the_int8_weights_freeze_would_make(marian, tmp_path, monkeypatch):
+    """`convert marian --dtype int8` stores the int8 products' weights as int8 with their
+    scales; the directory then translates in int8 by default, with the very int8 values
+    `freeze(model, torch.int8)` makes from the float weights."""
+    from typer.testing import CliRunner
+
+    import aiayn.inference
+    from aiayn.checkpoint import int8_weights
+    from aiayn.cli import app
+    from aiayn.inference import Int8Linear, int8_weight_names
+
+    monkeypatch.setattr(aiayn.inference, "INT8_MIN_ELEMENTS", 0)  # quantize the small test model
+    path, _, _ = marian
+    runner = CliRunner()
+    for dtype, out in (("float32", tmp_path / "float"), ("int8", tmp_path / "int8")):
+        result = runner.invoke(app, ["convert", "marian", str(path), str(out), "--dtype", dtype])
+        assert result.exit_code == 0, result.output
+    names = int8_weights(tmp_path / "int8" / "model.safetensors")
+    assert names == int8_weight_names(load_marian_model(path)) and names
+    assert int8_weights(tmp_path / "float" / "model.safetensors") == []
+    assert json.loads((tmp_path / "int8" / "marian.json").read_text())["dtype"] == "int8"
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "int8" / "model.safetensors"), "pt") as f:
+        assert all(f.get_tensor(name).dtype == torch.int8 for name in names)
+    sizes = {d: (tmp_path / d / "model.safetensors").stat().st_size for d in ("float", "int8")}
+    assert sizes["int8"] < sizes["float"]
+
+    stored = Translator.load(tmp_path / "int8")  # int8 by default
+    made = Translator.from_marian(path, dtype=torch.int8)
+    assert stored.dtype == torch.int8
+    stored_products = [m for m in stored.engine.modules() if isinstance(m, Int8Linear)]
+    made_products = [m for m in made.engine.modules() if isinstance(m, Int8Linear)]
+    assert len(stored_products) == len(made_products) > 0
+    for a, b in zip(stored_products, made_products, strict=True):
+        torch.testing.assert_close(a.dequantized()[0], b.dequantized()[0], rtol=1e-6, atol=0)
+    assert stored.translate(GENERATION_TEXTS) == made.translate(GENERATION_TEXTS)
+    as_float = Translator.load(tmp_path / "int8", dtype=torch.float32)  # asked otherwise
+    assert not any(isinstance(m, Int8Linear) for m in as_float.engine.modules())
+
+    bad = runner.invoke(app, ["convert", "marian", str(path), str(tmp_path / "x"), "--dtype", "q4"])
+    assert bad.exit_code == 1 and "use float32 or int8" in bad.output
+    assert not (tmp_path / "x").exists()

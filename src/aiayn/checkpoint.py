@@ -33,13 +33,75 @@ log = logging.getLogger(__name__)
 CONFIG_KEY = "aiayn.model_config"
 
 
-def save_model(model: Transformer, path: str | Path) -> Path:
+INT8_KEY = "aiayn.int8_weights"  # metadata: the names stored as int8, with a scale each
+INT8_SCALE_SUFFIX = ".int8_scale"
+
+
+def save_model(model: Transformer, path: str | Path, int8: bool = False) -> Path:
     """Write the weights and config to `path` atomically (temporary file, fsync, rename).
 
-    A process killed half-way leaves any earlier file at `path` intact.
+    A process killed half-way leaves any earlier file at `path` intact. With `int8`,
+    the weights that int8 inference multiplies in int8
+    (`aiayn.inference.int8_weight_names`) are stored as int8 with a float32 scale per
+    output channel (NAME + ".int8_scale"), as `Int8Linear` rounds them; the rest stays
+    as it is. `load_model` reads both kinds.
     """
     metadata = _metadata(model)
-    return write_file_atomic(path, lambda tmp: _save_weights(model, str(tmp), metadata=metadata))
+    if not int8:
+        return write_file_atomic(
+            path, lambda tmp: _save_weights(model, str(tmp), metadata=metadata)
+        )
+    from aiayn.inference import int8_weight_names, quantize_weight
+
+    names = int8_weight_names(model)
+
+    def write(tmp: Path) -> None:
+        _save_weights(model, str(tmp), metadata=metadata)  # tied weights stored once
+        tensors = load_file(str(tmp))
+        for name in names:
+            tensors[name], tensors[name + INT8_SCALE_SUFFIX] = quantize_weight(tensors[name])
+        save_file(tensors, str(tmp), metadata={**metadata, INT8_KEY: json.dumps(names)})
+
+    return write_file_atomic(path, write)
+
+
+def int8_weights(path: str | Path) -> list[str]:
+    """The names a weights file stores as int8 (`save_model(..., int8=True)`); [] for
+    a float file.
+
+    Raises:
+        ValueError: an unreadable file or list.
+    """
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            names = json.loads((f.metadata() or {}).get(INT8_KEY, "[]"))
+    except (SafetensorError, OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path} is not a readable safetensors checkpoint: {err}") from None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"{path}: its {INT8_KEY} metadata is not a list of names")
+    return names
+
+
+def _load_into(model: nn.Module, path: str | Path, device: str) -> None:
+    """Load a weights file into `model` (strict), dequantizing int8 weights if it has some."""
+    names = int8_weights(path)
+    if not names:
+        _load_weights(model, str(path), strict=True, device=device)
+        return
+    from aiayn.inference import dequantize_weight
+
+    tensors = load_file(str(path), device=device)
+    for name in names:
+        scale = tensors.pop(name + INT8_SCALE_SUFFIX, None)
+        if name not in tensors or scale is None or tensors[name].dtype != torch.int8:
+            raise RuntimeError(f"int8 weight {name} or its scale is missing or not int8")
+        tensors[name] = dequantize_weight(tensors[name], scale)
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    state = model.state_dict()  # a tied weight is stored once, under one of its names
+    stored = {state[name].data_ptr() for name in tensors if name in state}
+    missing = [name for name in missing if state[name].data_ptr() not in stored]
+    if missing or unexpected:
+        raise RuntimeError(f"missing tensors {missing}, unexpected tensors {unexpected}")
 
 
 def read_config(path: str | Path) -> ModelConfig:
@@ -75,7 +137,7 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> nn.Modul
     cfg = read_config(path)
     model = build_model(cfg)
     try:
-        _load_weights(model, str(path), strict=True, device=str(device))
+        _load_into(model, path, str(device))
     except (SafetensorError, RuntimeError, OSError) as err:
         raise ValueError(f"cannot load weights from {path}: {err}") from None
     return model.to(device)
@@ -274,7 +336,7 @@ def load_weights(model: Transformer, path: str | Path, device: str | torch.devic
             differ are named when the file records its config.
     """
     try:
-        _load_weights(model, str(path), strict=True, device=str(device))
+        _load_into(model, path, str(device))
     except (SafetensorError, RuntimeError, OSError) as err:
         try:
             differ = _differing_fields(read_config(path), model.cfg)

@@ -389,7 +389,7 @@ def _load_translator(
     run: Path,
     device: str,
     tokenizer: Path | None,
-    precision: Precision = Precision.FP32,
+    precision: Precision | None = None,
     shortlist: Path | None = None,
 ):
     from aiayn.model_use import ENCODER_DECODER, check_run_shape
@@ -398,7 +398,11 @@ def _load_translator(
     _check_device(device)
     weights = check_run_shape(run, ENCODER_DECODER)  # a GPT or BERT run is refused by name
     return Translator.load(
-        weights, device=device, tokenizer=tokenizer, dtype=precision.dtype, shortlist=shortlist
+        weights,
+        device=device,
+        tokenizer=tokenizer,
+        dtype=None if precision is None else precision.dtype,
+        shortlist=shortlist,
     )
 
 
@@ -445,6 +449,16 @@ PrecisionOpt = Annotated[
         help="Model precision (bfloat16 suits GPUs; int8: int8 products on the CPU).",
     ),
 ]
+ModelPrecisionOpt = Annotated[
+    Precision | None,
+    typer.Option(
+        "--dtype",
+        parser=_inference_precision,
+        metavar="[" + "|".join(_DTYPES) + "]",
+        show_default="the weights': int8 for `convert marian --dtype int8`, else float32",
+        help="Model precision (bfloat16 suits GPUs; int8: int8 products on the CPU).",
+    ),
+]
 TokenizerOpt = Annotated[
     Path | None, typer.Option("--tokenizer", help="Subword model (default: RUN/spm.model).")
 ]
@@ -487,7 +501,7 @@ def translate(
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
     max_tokens: MaxTokensOpt = 4096,
     device: DeviceOpt = "cpu",
-    dtype: PrecisionOpt = Precision.FP32,
+    dtype: ModelPrecisionOpt = None,
     tokenizer: TokenizerOpt = None,
     shortlist: ShortlistOpt = None,
 ) -> None:
@@ -565,7 +579,7 @@ def evaluate(
     ] = None,
     max_tokens: MaxTokensOpt = 4096,
     device: DeviceOpt = "cpu",
-    dtype: PrecisionOpt = Precision.FP32,
+    dtype: ModelPrecisionOpt = None,
     tokenizer: TokenizerOpt = None,
     shortlist: ShortlistOpt = None,
 ) -> None:
@@ -1019,6 +1033,15 @@ def convert_marian_command(
         Path, typer.Argument(help="A Marian / opus-mt directory as transformers saves it.")
     ],
     out: Annotated[Path, typer.Argument(help="The aiayn directory to write.")],
+    dtype: Annotated[
+        str,
+        typer.Option(
+            "--dtype",
+            metavar="[float32|int8]",
+            help="int8: store the weights int8 inference multiplies as int8, with their "
+            "scales; `aiayn translate OUT` then runs int8 unless --dtype says otherwise.",
+        ),
+    ] = "float32",
 ) -> None:
     """Convert a local Marian / opus-mt model; then `aiayn translate OUT` runs it.
 
@@ -1031,8 +1054,10 @@ def convert_marian_command(
 
     _warnings_to_stderr()
     try:
+        if dtype not in ("float32", "int8"):
+            raise ValueError(f"--dtype {dtype!r}: use float32 or int8")
         check_output(out, "OUT", directory=True)
-        weights = convert_marian(path, out)
+        weights = convert_marian(path, out, int8=dtype == "int8")
     except (FileNotFoundError, ValueError) as err:
         raise _fail(err) from None
     typer.echo(f"wrote {weights}; translate with: aiayn translate {out}")
@@ -1107,7 +1132,7 @@ def serve(
     threads: Annotated[int, typer.Option(help="torch threads of the inference thread.")] = 1,
     access_log: Annotated[bool, typer.Option(help="Log every request.")] = True,
     device: DeviceOpt = "cpu",
-    dtype: PrecisionOpt = Precision.FP32,
+    dtype: ModelPrecisionOpt = None,
     tokenizer: TokenizerOpt = None,
     shortlist: ShortlistOpt = None,
 ) -> None:
@@ -1135,7 +1160,10 @@ def serve(
         )
         if (run / "config.json").is_file():  # a Marian directory as transformers saves it
             translator = Translator.from_marian(
-                run, device=device, dtype=dtype.dtype, shortlist=shortlist
+                run,
+                device=device,
+                dtype=None if dtype is None else dtype.dtype,
+                shortlist=shortlist,
             )
         else:
             translator = _load_translator(run, device, tokenizer, dtype, shortlist)

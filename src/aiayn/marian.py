@@ -444,13 +444,15 @@ def marian_generation(directory: str | Path) -> MarianGeneration:
     )
 
 
-def convert_marian(directory: str | Path, out: str | Path) -> Path:
+def convert_marian(directory: str | Path, out: str | Path, int8: bool = False) -> Path:
     """Write a Marian directory as an aiayn one that `aiayn translate` reads.
 
     OUT gets `model.safetensors` (an aiayn checkpoint), `source.spm`, `target.spm`,
     `vocab.json` and `marian.json` (the generation settings; it marks the directory
     as Marian-tokenized). The weights are checked by loading them first, so a
-    directory that cannot be converted leaves OUT untouched.
+    directory that cannot be converted leaves OUT untouched. With `int8`, the
+    weights int8 inference multiplies in int8 are stored so (`save_model`'s
+    `int8`), and `Translator.load` runs the directory in int8 by default.
 
     Returns:
         The weights file written.
@@ -468,7 +470,8 @@ def convert_marian(directory: str | Path, out: str | Path) -> Path:
         write_atomic(out / name, (directory / name).read_bytes())
     settings = {"format": "aiayn-marian", "version": 1, "source": str(directory.resolve())}
     settings["generation"] = dataclasses.asdict(generation)
-    weights = save_model(model, out / WEIGHTS_FILE)
+    settings["dtype"] = "int8" if int8 else "float32"
+    weights = save_model(model, out / WEIGHTS_FILE, int8=int8)
     # last: a complete directory is marked
     write_atomic(out / CONVERTED_FILE, json.dumps(settings, indent=2) + "\n")
     return weights

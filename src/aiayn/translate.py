@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from aiayn.checkpoint import find_in_run, load_model, resolve_weights
+from aiayn.checkpoint import find_in_run, int8_weights, load_model, resolve_weights
 from aiayn.data.tokenizer import TOKENIZER_FILE, SentencePieceTokenizer, Tokenizer
 from aiayn.inference import freeze
 from aiayn.marian import (
@@ -163,13 +163,16 @@ class Translator:
                 `.safetensors` file; see `aiayn.checkpoint.resolve_weights`.
             device: e.g. "cpu" or "cuda".
             tokenizer: the subword model; by default the run's `spm.model`.
-            dtype, shortlist: see the class docstring.
+            dtype, shortlist: see the class docstring; dtype None on a file of int8
+                weights (`aiayn convert marian --dtype int8`) is torch.int8.
 
         Raises:
             FileNotFoundError: if the checkpoint or subword model is missing.
             ValueError: if either is corrupt or they do not match.
         """
         weights = resolve_weights(run_or_checkpoint)
+        if dtype is None and int8_weights(weights):  # `aiayn convert marian --dtype int8`
+            dtype = torch.int8
         if tokenizer is None and (weights.parent / CONVERTED_FILE).is_file():
             generation = read_converted_generation(weights.parent)
             model = load_model(weights, device="cpu")
