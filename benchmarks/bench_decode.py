@@ -25,7 +25,7 @@ its set size per cell is reported. Per cell: "best / CT2 int8", the fastest of t
 after loading its model and after all its calls. CTranslate2's workers do not import
 torch, so their memory is CTranslate2's own. Outputs of the shortlist rows cannot
 match aiayn's on random weights (the shortlist is not the model's); their quality is
-measured on a trained model (README, int8 and shortlist).
+measured on a trained model (README, "CPU inference at its limit").
 
     PYTHONPATH=src python benchmarks/bench_decode.py --threads 2,1
 
@@ -62,6 +62,7 @@ import common  # torch is imported where used: CTranslate2's workers go without 
 SYSTEMS = (
     "aiayn",
     "aiayn-int8",
+    "aiayn-int8-fp32out",
     "aiayn-shortlist",
     "aiayn-int8-shortlist",
     "aiayn-steps1",
@@ -71,14 +72,15 @@ SYSTEMS = (
     "aiayn-bf16",
     "hf-bf16",
 )
-DEFAULT_SYSTEMS = (*SYSTEMS[:4], "hf", "ct2-fp32", "ct2-int8")
+DEFAULT_SYSTEMS = (*SYSTEMS[:5], "hf", "ct2-fp32", "ct2-int8")
 BF16_SYSTEMS = ("aiayn-bf16", "hf-bf16")
 SHORTLIST_SYSTEMS = ("aiayn-shortlist", "aiayn-int8-shortlist")
-BEST_OF = "aiayn-int8,aiayn-int8-shortlist,aiayn"
+BEST_OF = "aiayn-int8,aiayn-int8-fp32out,aiayn-int8-shortlist,aiayn"
 SHORTLIST_FILE = "shortlist.safetensors"
 LABELS = {
     "aiayn": "aiayn",
     "aiayn-int8": "aiayn int8",
+    "aiayn-int8-fp32out": "aiayn int8, fp32 output",
     "aiayn-shortlist": "aiayn + shortlist",
     "aiayn-int8-shortlist": "aiayn int8 + shortlist",
     "aiayn-steps1": "aiayn, 1-thread steps",
@@ -248,7 +250,11 @@ def worker(
     if system.startswith("aiayn"):
         step_threads = 1 if system == "aiayn-steps1" else None
         precision = next((p for p in ("bf16", "int8") if f"-{p}" in system), "fp32")
-        int8_output = shortlist is None or shortlist_output == "int8"
+        # aiayn-int8 quantizes the output projection too; aiayn-int8-fp32out keeps it
+        # float32, as `--dtype int8` does (the shortlist rows: --int8-shortlist-output)
+        int8_output = system != "aiayn-int8-fp32out" and (
+            shortlist is None or shortlist_output == "int8"
+        )
         run = aiayn_runner(
             workdir / f"marian-{size}",
             threads,

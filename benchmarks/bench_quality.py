@@ -5,10 +5,12 @@
 
 On the quickstart's test split (the Bible, English to Spanish) it translates with the
 run's averaged weights in each setting: fp32, bf16, int8 (`freeze(model, torch.int8)`,
-the default: products of `INT8_MIN_ELEMENTS` weights and up, the output projection in
-fp32), int8 with every product quantized, the output projection included ("int8, all
-products": what int8 costs where nothing is kept back), int8 + shortlist and fp32 +
-shortlist (the corpus's `shortlist.safetensors`, written by `aiayn prepare`). For each:
+the default: products of `INT8_MIN_ELEMENTS` weights and up, which in the quickstart's
+d_model-128 model is the FFN alone, the output projection in fp32), int8 in every layer
+product (as int8 runs the small and base shapes and opus-mt, where every layer product
+is large enough), the same with the output projection in int8 too, int8 in every layer
+product + shortlist, and fp32 + shortlist (the corpus's `shortlist.safetensors`,
+written by `aiayn prepare`). For each:
 sacreBLEU and chrF with beam 4 (the paper's search), and the share of test sentences
 whose greedy output is identical to fp32's. It also gives the shortlist's recall (the
 share of reference pieces in their sentence's candidate set) and the mean number of
@@ -41,14 +43,15 @@ from aiayn.data.tokenizer import TOKENIZER_FILE, SentencePieceTokenizer
 from aiayn.evaluate import score
 from aiayn.translate import Translator
 
-# name -> (dtype, shortlist, every product in int8)
+# name -> (dtype, with the shortlist, every layer product in int8, the output in int8)
 SETTINGS = {
-    "fp32": (torch.float32, False, False),
-    "bf16": (torch.bfloat16, False, False),
-    "int8": (torch.int8, False, False),
-    "int8-all": (torch.int8, False, True),
-    "int8-shortlist": (torch.int8, True, False),
-    "fp32-shortlist": (torch.float32, True, False),
+    "fp32": (torch.float32, False, False, False),
+    "bf16": (torch.bfloat16, False, False, False),
+    "int8": (torch.int8, False, False, False),
+    "int8-layers": (torch.int8, False, True, False),
+    "int8-all": (torch.int8, False, True, True),
+    "int8-shortlist": (torch.int8, True, True, False),
+    "fp32-shortlist": (torch.float32, True, False, False),
 }
 
 
@@ -65,14 +68,13 @@ def every_product_int8() -> Iterator[None]:
 
 
 def translator(weights: Path, tokenizer: SentencePieceTokenizer, setting: str, shortlist):
-    dtype, with_shortlist, every = SETTINGS[setting]
+    dtype, with_shortlist, every, int8_output = SETTINGS[setting]
     model = load_model(weights, device="cpu")
     chosen = shortlist if with_shortlist else None
-    if not every:
-        return Translator(model, tokenizer, "cpu", dtype, shortlist=chosen)
-    with every_product_int8():
+    with every_product_int8() if every else contextlib.nullcontext():
         made = Translator(model, tokenizer, "cpu", dtype, shortlist=chosen)
-        made.engine = aiayn.inference.freeze(made.model, torch.int8, int8_output=True)
+        if int8_output:  # Translator keeps the output projection in float32
+            made.engine = aiayn.inference.freeze(made.model, torch.int8, int8_output=True)
     return made
 
 
@@ -91,6 +93,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--split", default="test")
     parser.add_argument("--name", default="quality", help="results file name")
+    parser.add_argument("--limit", type=int, help="the first N sentences only (a quick check)")
     args = parser.parse_args()
     settings = args.settings.split(",")
     unknown = [s for s in settings if s not in SETTINGS]
@@ -104,7 +107,7 @@ def main() -> None:
     shortlist = shortlists.Shortlist.load(
         corpus.root / shortlists.SHORTLIST_FILE, tokenizer.vocab_size
     )
-    pairs = corpus.read(args.split)
+    pairs = corpus.read(args.split)[: args.limit]
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
     source_ids = tokenizer.encode_batch(sources)
     candidates = [

@@ -198,17 +198,21 @@ DECODE_LABELS = {
     "hf-bf16": "HF generate",
     "aiayn-steps1": "aiayn, 1-thread steps",
     "aiayn-int8": "aiayn",
+    "aiayn-int8-fp32out": "aiayn, fp32 output",
     "aiayn-shortlist": "aiayn + shortlist",
     "aiayn-int8-shortlist": "aiayn + shortlist",
 }
 PRECISION = {"ct2-int8": "int8", "aiayn-bf16": "bf16", "hf-bf16": "bf16"}
-PRECISION.update({"aiayn-int8": "int8", "aiayn-int8-shortlist": "int8"})
+PRECISION.update(
+    {"aiayn-int8": "int8", "aiayn-int8-fp32out": "int8", "aiayn-int8-shortlist": "int8"}
+)
 # The 8-cell table's columns, in this order where the file has them.
 CELL_SYSTEMS = (
     "ct2-int8",
     "ct2-fp32",
     "aiayn",
     "aiayn-int8",
+    "aiayn-int8-fp32out",
     "aiayn-shortlist",
     "aiayn-int8-shortlist",
 )
@@ -739,6 +743,114 @@ def goals() -> str:
     )
 
 
+# ----- int8 and the output shortlist: quality on a trained model, memory ----------------
+
+QUALITY_LABELS = {
+    "fp32": "fp32",
+    "bf16": "bf16 (weights cast)",
+    "int8": "int8 as `--dtype int8` runs this model: the FFN",
+    "int8-layers": "int8 in every layer product (as in the small and base shapes)",
+    "int8-all": "the same, and the output projection in int8",
+    "int8-shortlist": "int8 in every layer product + shortlist",
+    "fp32-shortlist": "fp32 + shortlist",
+}
+
+
+def quality() -> str:
+    """BLEU, chrF and greedy agreement of each inference setting on the trained quickstart."""
+    data = load("quality")
+    rows = data["results"]
+    fp32 = next(r for r in rows if r["setting"] == "fp32")
+    n = data["sentences"]
+    lines = [
+        [
+            QUALITY_LABELS.get(r["setting"], r["setting"]),
+            f"{r['bleu']:.2f}",
+            f"{r['bleu'] - fp32['bleu']:+.2f}",
+            f"{r['chrf']:.2f}",
+            f"{r['greedy_same_as_fp32']}/{n} ({100 * r['greedy_same_as_fp32'] / n:.1f}%)",
+        ]
+        for r in rows
+    ]
+    headers = ["setting", "BLEU", "vs fp32", "chrF", "greedy output identical to fp32's"]
+    shortlist = data["shortlist"]
+    notes = (
+        f"{n} test verses, beam 4, alpha 0.6 (sacreBLEU {data['bleu_signature']}); the last "
+        "column decodes greedily. Shortlist: the corpus's `shortlist.safetensors` "
+        f"({shortlist['frequent']:,} most frequent pieces + {shortlist['per_source']} "
+        f"translations per source piece, from the training pairs): "
+        f"{shortlist['mean_candidates']:,.0f} candidates per sentence on average (of "
+        f"{shortlist['vocab_size']:,}), recall {100 * shortlist['recall']:.1f}% (the share of "
+        "reference pieces in their sentence's candidates). int8 quantizes products of "
+        f"{data['int8_min_elements']:,} weights and more (`INT8_MIN_ELEMENTS`)."
+    )
+    return "\n\n".join([table(headers, lines, left=1), notes, source("quality", data)])
+
+
+def int8_kernels() -> str:
+    """Each int8 candidate's speed against float32, per weight shape and row count."""
+    data = load("int8-kernels")
+    records = data["results"]
+    systems = [s for s in dict.fromkeys(r["system"] for r in records) if s != "fp32"]
+    cells: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
+    for r in records:
+        cells.setdefault((r["shape"], r["rows"]), {})[r["system"]] = r
+    rows = []
+    for (shape, n_rows), by in cells.items():
+        best = max(systems, key=lambda s: by[s]["vs_fp32"] if s in by else 0.0)
+        rows.append(
+            [
+                shape,
+                str(n_rows),
+                number(by["fp32"]["us"]),
+                *(
+                    ""
+                    if s not in by
+                    else (
+                        f"**{ratio(by[s]['vs_fp32'])}**" if s == best else ratio(by[s]["vs_fp32"])
+                    )
+                    for s in systems
+                ),
+            ]
+        )
+    headers = ["weight (out x in)", "rows", "fp32 us", *systems]
+    notes = (
+        "Speed of one product against aiayn's float32 product (> 1: faster), median of "
+        "per-round ratios; the fastest int8 candidate of each row in bold. Shapes: "
+        + "; ".join(
+            f"{name} {out} x {inp}"
+            for name, out, inp in dict.fromkeys((r["shape"], r["out"], r["inp"]) for r in records)
+        )
+        + "."
+    )
+    return "\n\n".join([table(headers, rows), notes, source("int8-kernels", data)])
+
+
+def memory() -> str:
+    """What a frozen model holds in memory, today against the commit before."""
+    data = load("memory")
+    rows = [
+        [
+            r["size"],
+            f"{r['code']} (`{r['commit']}`)",
+            r["dtype"],
+            f"{r['weights_mb']:,.0f}",
+            f"{r['with_model_mb']:,.0f}",
+            f"{r['held_mb']:,.0f} ({r['held_mb'] / r['weights_mb']:.2f}x)",
+        ]
+        for r in data["results"]
+    ]
+    headers = ["shape", "code", "dtype", "fp32 weights, MiB"]
+    headers += ["model + frozen copy, MiB", "frozen copy alone, MiB (x weights)"]
+    notes = (
+        "Resident memory (VmRSS) a process gains by loading a random-weight Marian model "
+        "and freezing it (`bench_memory.py`, median of 3 fresh processes): with the literal "
+        "model still loaded (as `Translator` keeps it, for attention maps), and after "
+        "deleting it and returning glibc's freed blocks (`malloc_trim`)."
+    )
+    return "\n\n".join([table(headers, rows), notes, source("memory", data)])
+
+
 # ----- the quickstart: seeds and the step profile ---------------------------------------
 
 # `benchmarks/record_quickstart.py` writes these; `--write` also regenerates the packaged
@@ -747,9 +859,13 @@ QUICKSTART_PREFIX = "quickstart-"
 REFERENCE = ROOT / "src" / "aiayn" / "configs" / "quickstart-reference.json"
 
 
-def quickstart_groups() -> dict[tuple[str, float, str, str], list[tuple[str, dict[str, Any]]]]:
-    """The recorded quickstart runs by (recipe, minutes, device kind, machine), as (name, data)."""
-    groups: dict[tuple[str, float, str, str], list[tuple[str, dict[str, Any]]]] = {}
+QuickstartKey = tuple[str, float, str, str, tuple[str, ...]]
+
+
+def quickstart_groups() -> dict[QuickstartKey, list[tuple[str, dict[str, Any]]]]:
+    """The recorded quickstart runs by (recipe, minutes, device kind, machine, overrides),
+    as (name, data)."""
+    groups: dict[QuickstartKey, list[tuple[str, dict[str, Any]]]] = {}
     for path in sorted(RESULTS.glob(f"{QUICKSTART_PREFIX}*.json")):
         data = load(path.stem)
         run = data["results"]
@@ -758,9 +874,10 @@ def quickstart_groups() -> dict[tuple[str, float, str, str], list[tuple[str, dic
             run["minutes"],
             run["device"].split(":")[0],
             data.get("machine", "machine not recorded"),
+            tuple(run.get("overrides", [])),
         )
         groups.setdefault(key, []).append((path.stem, data))
-    return dict(sorted(groups.items(), key=lambda item: item[0][:3]))
+    return dict(sorted(groups.items(), key=lambda item: (item[0][4], *item[0][:3])))
 
 
 def median_range(values: list[float]) -> str:
@@ -774,12 +891,12 @@ def quickstart() -> str:
     if not groups:
         return "No quickstart run is recorded yet (see `benchmarks/record_quickstart.py`)."
     rows, sources = [], []
-    for (recipe, minutes, device, _), recorded in groups.items():
+    for (recipe, minutes, device, _, overrides), recorded in groups.items():
         runs = [data["results"] for _, data in recorded]
         speeds = [r["budget"]["tokens_per_s"] for r in runs if r.get("budget")]
         rows.append(
             [
-                recipe,
+                " ".join([recipe, *(f"`{o}`" for o in overrides)]),
                 device,
                 f"{minutes:g}",
                 ", ".join(str(r["seed"]) for r in sorted(runs, key=lambda r: r["seed"])),
@@ -800,7 +917,7 @@ def quickstart_reference() -> dict[str, Any]:
     """The packaged reference: per recipe, minutes, device kind and machine, the seeds'
     BLEU and chrF (the quickstart prints their median and range next to its own)."""
     references = []
-    for (recipe, minutes, device, machine), recorded in quickstart_groups().items():
+    for (recipe, minutes, device, machine, overrides), recorded in quickstart_groups().items():
         runs = sorted(
             ((data["results"], name) for name, data in recorded), key=lambda x: x[0]["seed"]
         )
@@ -810,6 +927,7 @@ def quickstart_reference() -> dict[str, Any]:
                 "minutes": minutes,
                 "device": device,
                 "machine": machine,
+                "overrides": list(overrides),
                 "seeds": [r["seed"] for r, _ in runs],
                 "bleu": [r["bleu"] for r, _ in runs],
                 "chrf": [r["chrf"] for r, _ in runs],
@@ -830,9 +948,9 @@ def has_quickstart_runs() -> bool:
     return any(RESULTS.glob(f"{QUICKSTART_PREFIX}*.json"))
 
 
-def train_profile() -> str:
+def train_profile(name: str = "train-profile") -> str:
     """Where a quickstart training step's time goes, by op kind, and the share of peak."""
-    data = load("train-profile")
+    data = load(name)
     rows = [
         [kind["kind"], f"{kind['ms_per_step']:.2f}", f"{kind['percent']:.1f}%"]
         for kind in data["kinds"]
@@ -845,13 +963,14 @@ def train_profile() -> str:
         for dtype, p in data["peak"].items()
     )
     text += (
-        f"\n\n{data['steps']} steps of `{data['recipe']}` after {data['warmup']} warm-up, "
+        f"\n\n{data['steps']} steps of `{data['recipe']}` ({data.get('precision', 'fp32')}) "
+        f"after {data['warmup']} warm-up, "
         f"{number(data['tgt_tokens_per_step'])} target tokens a step: "
         f"{number(data['tgt_tokens_per_s'])} target tok/s, "
         f"{number(data['achieved_gflops'])} GFLOP/s of matrix products "
         f"({number(data['matmul_flops_per_step'] / 1e9)} GFLOP a step, `aiayn.budget`): {peaks}."
     )
-    return text + "\n\n" + source("train-profile", data)
+    return text + "\n\n" + source(name, data)
 
 
 TABLES: dict[str, Callable[[], str]] = {
@@ -877,6 +996,10 @@ TABLES: dict[str, Callable[[], str]] = {
     "generate-1thread": lambda: generate("generate-1thread"),
     "quickstart": quickstart,
     "train-profile": train_profile,
+    "quality": quality,
+    "memory": memory,
+    "int8-kernels": int8_kernels,
+    "train-profile-bf16": lambda: train_profile("train-profile-bf16"),
 }
 
 
@@ -889,6 +1012,10 @@ WHEN = {
     "decode-memory": has_cells,
     "quickstart": has_quickstart_runs,
     "train-profile": lambda: (RESULTS / "train-profile.json").exists(),
+    "quality": lambda: (RESULTS / "quality.json").exists(),
+    "memory": lambda: (RESULTS / "memory.json").exists(),
+    "int8-kernels": lambda: (RESULTS / "int8-kernels.json").exists(),
+    "train-profile-bf16": lambda: (RESULTS / "train-profile-bf16.json").exists(),
 }
 
 

@@ -202,3 +202,69 @@ def test_new_tables_are_rendered_only_once_their_results_exist(report, monkeypat
     rendered = report.render_all()
     assert not set(report.WHEN) & set(rendered)
     assert "decode" in rendered  # the tables without a condition still are
+
+
+QUALITY = {
+    "date": "2026-11-25 08:00",
+    "sentences": 200,
+    "bleu_signature": "nrefs:1|case:mixed",
+    "int8_min_elements": 65536,
+    "shortlist": {
+        "frequent": 1000,
+        "per_source": 20,
+        "recall": 0.9512,
+        "mean_candidates": 1234.4,
+        "vocab_size": 8000,
+    },
+    "results": [
+        dict(setting="fp32", bleu=24.0, chrf=45.5, greedy_same_as_fp32=200, seconds=3.0),
+        dict(setting="int8", bleu=23.75, chrf=45.25, greedy_same_as_fp32=183, seconds=2.0),
+        dict(setting="fp32-shortlist", bleu=24.1, chrf=45.0, greedy_same_as_fp32=199, seconds=2.5),
+    ],
+}
+
+
+def test_the_quality_table_gives_each_setting_against_fp32(report, monkeypatch):
+    monkeypatch.setattr(report, "load", lambda name: QUALITY)
+    text = report.quality()
+    assert (
+        "| int8 (the default: `--dtype int8`) | 23.75 | -0.25 | 45.25 | 183/200 (91.5%) |" in text
+    )
+    assert "| fp32 + shortlist | 24.10 | +0.10 | 45.00 | 199/200 (99.5%) |" in text
+    assert "| fp32 | 24.00 | +0.00 | 45.50 | 200/200 (100.0%) |" in text
+    assert "1,234 candidates per sentence" in text and "recall 95.1%" in text
+
+
+def test_the_memory_table_gives_what_the_frozen_model_holds(report, monkeypatch):
+    data = {
+        "date": "2026-11-25 08:00",
+        "results": [
+            dict(size="base", code="before", commit="ead7eb6", dtype="fp32", held_mb=540.0,
+                 with_model_mb=700.0, weights_mb=180.0),
+            dict(size="base", code="now", commit="abc1234", dtype="int8", held_mb=90.0,
+                 with_model_mb=300.0, weights_mb=180.0),
+        ],
+    }  # fmt: skip
+    monkeypatch.setattr(report, "load", lambda name: data)
+    text = report.memory()
+    assert "| base | before (`ead7eb6`) | fp32 | 180 | 700 | 540 (3.00x) |" in text
+    assert "| base | now (`abc1234`) | int8 | 180 | 300 | 90 (0.50x) |" in text
+
+
+def test_the_int8_kernel_table_marks_the_fastest_candidate(report, monkeypatch):
+    def record(system, us, vs):
+        return dict(shape="base ffn1", out=2048, inp=512, rows=4, system=system, us=us, vs_fp32=vs)
+
+    data = {
+        "date": "2026-11-25 08:00",
+        "results": [
+            record("fp32", 40.0, 1.0),
+            record("int8 fbgemm", 25.0, 1.61),
+            record("torch._int_mm", 50.0, 0.8),
+        ],
+    }
+    monkeypatch.setattr(report, "load", lambda name: data)
+    text = report.int8_kernels()
+    assert "| weight (out x in) | rows | fp32 us | int8 fbgemm | torch._int_mm |" in text
+    assert "| base ffn1 | 4 | 40.0 | **1.61x** | 0.80x |" in text
+    assert "base ffn1 2048 x 512" in text

@@ -160,3 +160,17 @@ def test_profile_kinds_by_name_then_by_caller():
     assert kind_of(Event("aten::native_dropout", step)) == "dropout"
     assert kind_of(Event("aten::relu", step)) == "elementwise"
     assert kind_of(backward) == "other / Python"
+
+
+def test_runs_with_overrides_form_their_own_row_and_reference(report, tmp_path):
+    write(tmp_path, "quickstart-seed0-15min", run_results(0, 18.0, 38.0))
+    auto = run_results(0, 19.0, 39.0, overrides=["train.precision=auto"])
+    write(tmp_path, "quickstart-bf16-seed0-15min", auto)
+    rows = [line for line in report.quickstart().splitlines() if line.startswith("| bible")]
+    assert rows[0].startswith("| bible-en-es-cpu.yaml | cpu | 15 | 0 | 18.00 ")
+    assert rows[1].startswith(
+        "| bible-en-es-cpu.yaml `train.precision=auto` | cpu | 15 | 0 | 19.00 "
+    )
+    plain, bf16 = report.quickstart_reference()["references"]
+    assert plain["overrides"] == [] and plain["bleu"] == [18.0]
+    assert bf16["overrides"] == ["train.precision=auto"] and bf16["bleu"] == [19.0]

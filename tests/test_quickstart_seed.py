@@ -144,6 +144,18 @@ def test_reference_line_from_the_packaged_file(monkeypatch, tmp_path):
     )
     assert reference_line("x/bible-en-es-cpu.yaml", 30, "cpu").startswith("reference: none")
     assert reference_line("x/bible-en-es-cpu.yaml", 15, "cuda:0").startswith("reference: none")
+    # a run with other settings is not compared with the recipe's own runs
+    bf16 = ("train.precision=auto",)
+    assert reference_line("x/bible-en-es-cpu.yaml", 15, "cpu", bf16) == (
+        "reference: none recorded yet for bible-en-es-cpu.yaml train.precision=auto "
+        "at 15 minutes on cpu"
+    )
+    entry = {**entry, "overrides": ["train.precision=auto"], "bleu": [19.0]}
+    path.write_text(json.dumps({"references": [entry]}), encoding="utf-8")
+    assert reference_line("x/bible-en-es-cpu.yaml", 15, "cpu", bf16).endswith(
+        "over 1 seed, 15 minutes"
+    )
+    assert reference_line("x/bible-en-es-cpu.yaml", 15, "cpu").startswith("reference: none")
 
 
 def test_the_train_longer_hint_keeps_the_seed(monkeypatch, tmp_path):

@@ -30,9 +30,8 @@ activations are quantized per token at run time (dynamic quantization, on
 PyTorch's fbgemm int8 kernels: VNNI where the CPU has it). A product too small for
 int8 to gain (`INT8_MIN_ELEMENTS`) stays float32, and so do embeddings, layer norms
 and the attention arithmetic. The output projection stays float32 unless
-`int8_output=True`: int8 there is faster, but changed 5 to 9% more greedy outputs
-for no BLEU gain (README, "int8", has these measurements and the others behind the
-choices).
+`int8_output=True`: it decides among the candidates, and rounding there changes
+more outputs (README, "CPU inference at its limit", measures each choice).
 
 Two shapes freeze: the encoder-decoder (`FrozenTransformer`) and the decoder-only
 language model (`FrozenDecoderOnly`: the same frozen self-attention and
@@ -46,6 +45,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import ctypes
+import sys
 import warnings
 from collections.abc import Iterator
 
@@ -83,8 +84,7 @@ class FrozenLinear(nn.Module):
     frozen linear layers) and every product runs there, with the bias and ReLU
     applied inside the kernel: a general matrix product re-packs W at every call,
     which for the few-row products of decoding costs more than the multiplication
-    (2 to 9 times slower than the packed kernel from 2 to 15 rows, within ~5 us of
-    it at one row; README, "int8"). A smaller weight is stored transposed, (in, out)
+    (`benchmarks/bench_int8_kernels.py` times both). A smaller weight is stored transposed, (in, out)
     contiguous, for MKL's sgemm: oneDNN's fixed cost per call exceeds what packing
     saves there. In bfloat16 every weight is packed: oneDNN's bfloat16 kernels beat
     the general product at all sizes and row counts (the bf16 rows of
@@ -168,13 +168,13 @@ class Int8Linear(nn.Module):
     quantizes x per tensor, so that one row with large values would cost the others
     their resolution; with `per_token` (the default) each row of x is first divided
     by its largest |x_ti| and the output multiplied back, which gives every row
-    (token) the whole int8 range: 5 to 8 in 100 more greedy outputs then equal
-    float32's, for up to 10% of a search's time (README, "int8"). Without it the
-    kernel also adds the bias and ReLU. The packed weight carries its engine,
-    whatever `torch.backends.quantized.engine` says later. fbgemm, the default, is
-    the fastest from 1 to 128 rows and as fast as oneDNN in the encoder (about a
-    thousand rows) of a whole model, where oneDNN's packing holds twice the memory
-    (README, "int8"). Where only one of the two is built, it serves.
+    (token) the whole int8 range, at the cost of a division and a multiplication.
+    Without it the kernel also adds the bias and ReLU. The packed weight carries its
+    engine, whatever `torch.backends.quantized.engine` says later. fbgemm is the
+    default; `benchmarks/bench_int8_kernels.py` times it against oneDNN, per-tensor
+    scales, `torch._int_mm` and `quantize_dynamic` at decoding's and the encoder's
+    row counts (README, "CPU inference at its limit"). Where only one of fbgemm and
+    oneDNN is built, it serves.
 
     Args:
         weight: (out, in), float; quantized, not kept.
@@ -712,7 +712,30 @@ def freeze(
         RuntimeError: torch.int8 where PyTorch has no int8 CPU engine.
     """
     if isinstance(model, DecoderOnly):
-        return FrozenDecoderOnly(model, dtype, int8_output, int8_per_token)
-    if isinstance(model, Transformer):
-        return FrozenTransformer(model, dtype, int8_output, int8_per_token)
-    raise TypeError(f"freeze takes a Transformer or a DecoderOnly, not a {type(model).__name__}")
+        frozen = FrozenDecoderOnly(model, dtype, int8_output, int8_per_token)
+    elif isinstance(model, Transformer):
+        frozen = FrozenTransformer(model, dtype, int8_output, int8_per_token)
+    else:
+        raise TypeError(
+            f"freeze takes a Transformer or a DecoderOnly, not a {type(model).__name__}"
+        )
+    _return_freed_memory()
+    return frozen
+
+
+def _return_freed_memory() -> None:
+    """Give the memory freed while freezing back to the operating system (glibc only).
+
+    Freezing allocates and frees a working copy of the model. glibc keeps freed
+    blocks of this size in its heap for reuse (it raises its mmap threshold once a
+    large block has been freed), so without `malloc_trim` a process that froze a
+    model stays larger by about the working copy (`benchmarks/bench_memory.py`).
+    """
+    if sys.platform != "linux":
+        return
+    try:
+        libc = ctypes.CDLL(None)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl has no malloc_trim)
+        return
+    trim(0)

@@ -228,7 +228,7 @@ def run_quickstart(
 
     echo("")
     echo(scores.summary())
-    echo(reference_line(recipe, config.minutes, config.device))
+    echo(reference_line(recipe, config.minutes, config.device, config.overrides))
     echo("")
     samples = []
     for i in evenly_spaced(len(pairs), config.samples):
@@ -338,24 +338,30 @@ def reference_file() -> Path:
     return recipes_dir() / REFERENCE_FILE
 
 
-def reference_line(recipe: str | Path, minutes: float, device: str) -> str:
+def reference_line(
+    recipe: str | Path, minutes: float, device: str, overrides: tuple[str, ...] = ()
+) -> str:
     """The line printed next to BLEU: recorded runs of this recipe and budget.
 
-    From `configs/quickstart-reference.json`: per recipe, minutes and device kind, the
-    median and range of test BLEU over the recorded seeds. Says so when none is.
+    From `configs/quickstart-reference.json`: per recipe, minutes, device kind and
+    overrides (`--set`, the seed's excepted), the median and range of test BLEU over
+    the recorded seeds. Says so when none is.
     """
     name, kind = Path(recipe).name, device.split(":")[0]
+    wanted = [o for o in overrides if not o.startswith("train.seed=")]
     path = reference_file()
     entries = json.loads(path.read_text(encoding="utf-8"))["references"] if path.is_file() else []
     for entry in entries:
-        if (entry["recipe"], entry["minutes"], entry["device"]) == (name, minutes, kind):
+        same_run = (entry["recipe"], entry["minutes"], entry["device"]) == (name, minutes, kind)
+        if same_run and entry.get("overrides", []) == wanted:
             bleu = entry["bleu"]
             return (
                 f"reference on {entry['machine']}: median {statistics.median(bleu):.2f} BLEU "
                 f"(range {min(bleu):.2f}-{max(bleu):.2f}) over {len(bleu)} seed"
                 f"{'s' if len(bleu) != 1 else ''}, {minutes:g} minutes"
             )
-    return f"reference: none recorded yet for {name} at {minutes:g} minutes on {kind}"
+    settings = "".join(f" {o}" for o in wanted)
+    return f"reference: none recorded yet for {name}{settings} at {minutes:g} minutes on {kind}"
 
 
 def train_longer_command(config: QuickstartConfig) -> str:
