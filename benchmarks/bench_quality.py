@@ -8,7 +8,9 @@ run's averaged weights in each setting: fp32, bf16, int8 (`freeze(model, torch.i
 the default: products of `INT8_MIN_ELEMENTS` weights and up, which in the quickstart's
 d_model-128 model is the FFN alone, the output projection in fp32), int8 in every layer
 product (as int8 runs the small and base shapes and opus-mt, where every layer product
-is large enough), the same with the output projection in int8 too, int8 in every layer
+is large enough), the same with one activation scale per product instead of one per
+token (`Int8Linear`'s `per_token`; faster), the same with the output projection in int8
+too, int8 in every layer
 product + shortlist, and fp32 + shortlist (the corpus's `shortlist.safetensors`,
 written by `aiayn prepare`). For each:
 sacreBLEU and chrF with beam 4 (the paper's search), and the share of test sentences
@@ -43,15 +45,17 @@ from aiayn.data.tokenizer import TOKENIZER_FILE, SentencePieceTokenizer
 from aiayn.evaluate import score
 from aiayn.translate import Translator
 
-# name -> (dtype, with the shortlist, every layer product in int8, the output in int8)
+# name -> (dtype, with the shortlist, every layer product in int8, the output in int8,
+# activations quantized per token)
 SETTINGS = {
-    "fp32": (torch.float32, False, False, False),
-    "bf16": (torch.bfloat16, False, False, False),
-    "int8": (torch.int8, False, False, False),
-    "int8-layers": (torch.int8, False, True, False),
-    "int8-all": (torch.int8, False, True, True),
-    "int8-shortlist": (torch.int8, True, True, False),
-    "fp32-shortlist": (torch.float32, True, False, False),
+    "fp32": (torch.float32, False, False, False, True),
+    "bf16": (torch.bfloat16, False, False, False, True),
+    "int8": (torch.int8, False, False, False, True),
+    "int8-layers": (torch.int8, False, True, False, True),
+    "int8-layers-per-tensor": (torch.int8, False, True, False, False),
+    "int8-all": (torch.int8, False, True, True, True),
+    "int8-shortlist": (torch.int8, True, True, False, True),
+    "fp32-shortlist": (torch.float32, True, False, False, True),
 }
 
 
@@ -68,13 +72,15 @@ def every_product_int8() -> Iterator[None]:
 
 
 def translator(weights: Path, tokenizer: SentencePieceTokenizer, setting: str, shortlist):
-    dtype, with_shortlist, every, int8_output = SETTINGS[setting]
+    dtype, with_shortlist, every, int8_output, per_token = SETTINGS[setting]
     model = load_model(weights, device="cpu")
     chosen = shortlist if with_shortlist else None
     with every_product_int8() if every else contextlib.nullcontext():
         made = Translator(model, tokenizer, "cpu", dtype, shortlist=chosen)
-        if int8_output:  # Translator keeps the output projection in float32
-            made.engine = aiayn.inference.freeze(made.model, torch.int8, int8_output=True)
+        if int8_output or not per_token:  # settings Translator does not take
+            made.engine = aiayn.inference.freeze(
+                made.model, torch.int8, int8_output=int8_output, int8_per_token=per_token
+            )
     return made
 
 

@@ -138,7 +138,10 @@ DATA = {
     "args": {"threads": "2,1"},
     "best_of": ["aiayn-int8", "aiayn"],
     "shortlist": {"frequent": 1000, "per_source": 20},
-    "results": [],
+    "results": [
+        dict(threads=2, **CELL, system="aiayn-shortlist", speedup_vs_ct2_int8=1.5),
+        dict(threads=2, **CELL, system="aiayn", speedup_vs_ct2_int8=0.78),
+    ],
     "cells": [
         dict(
             threads=2,
@@ -169,14 +172,15 @@ def test_the_cells_table_shows_each_thread_count_and_its_ratios(report, monkeypa
     monkeypatch.setattr(report, "load", lambda name: DATA)
     lines = report.decode_cells().splitlines()
     header = lines[0]
-    assert "CTranslate2 int8" in header and "aiayn int8" in header
-    assert "aiayn + shortlist" not in header  # no such column without its figures
+    assert "| CT2 int8 | aiayn fp32 | aiayn int8, int8 output | best aiayn |" in header
+    assert "| aiayn fp32 + shortlist |" not in header  # no tok/s column without its figures
     rows = [line for line in lines if line.startswith("| 2 |") or line.startswith("| 1 |")]
     assert rows[0] == (
-        "| 2 | small | greedy | 32 | 7,800 | 6,100 | 9,750 | aiayn int8 | **1.25x** | 1.04x "
-        "| 1,234 |"
+        "| 2 | small | greedy | 32 | 7,800 | 6,100 | 9,750 | aiayn int8, int8 output "
+        "| **1.25x** | 1.50x | 1.04x | 1,234 |"
     )
     assert rows[1].startswith("| 1 | small | greedy | 32 | 5,000 | 4,500 | 4,400 | aiayn fp32 |")
+    assert "the fastest of aiayn int8, int8 output, aiayn fp32 (the run's" in " ".join(lines)
     assert "frequent 1000, 20 per source piece" in report.decode_cells()
 
 
@@ -189,10 +193,15 @@ def test_the_memory_table_shows_the_first_thread_count(report, monkeypatch):
 
 
 def test_goals_judge_every_cell_of_the_first_thread_count(report, monkeypatch):
-    monkeypatch.setattr(report, "load", lambda name: DATA if name == "decode" else {"results": []})
+    cells_only = {**DATA, "results": []}  # no batch-32 rows: the cells alone
+    monkeypatch.setattr(
+        report, "load", lambda name: cells_only if name == "decode" else {"results": []}
+    )
     monkeypatch.setattr(report, "TRAIN_FILES", ())
     text = report.goals()
-    assert "| decoding, every cell | aiayn best / CTranslate2 | int8 (best: kept quality) " in text
+    assert (
+        "| decoding, every cell | aiayn best / CTranslate2 | best of the run's --best-of " in text
+    )
     assert "| 1.25x | 1.2x | yes |" in text  # the 1-thread cell's 0.9x is not judged here
     assert "| 1.04x | 1x | yes |" in text
 
@@ -228,7 +237,8 @@ def test_the_quality_table_gives_each_setting_against_fp32(report, monkeypatch):
     monkeypatch.setattr(report, "load", lambda name: QUALITY)
     text = report.quality()
     assert (
-        "| int8 (the default: `--dtype int8`) | 23.75 | -0.25 | 45.25 | 183/200 (91.5%) |" in text
+        "| int8 as `--dtype int8` runs this model: the FFN | 23.75 | -0.25 | 45.25 | 183/200 (91.5%) |"
+        in text
     )
     assert "| fp32 + shortlist | 24.10 | +0.10 | 45.00 | 199/200 (99.5%) |" in text
     assert "| fp32 | 24.00 | +0.00 | 45.50 | 200/200 (100.0%) |" in text
