@@ -6,6 +6,7 @@ import json
 import os
 import random
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -298,8 +299,8 @@ def test_bf16_speedup_is_the_ratio_of_the_timed_products(monkeypatch):
 
     aiayn.precision.bf16_matmul_speedup.cache_clear()
     ticks = iter([0.0, 4.0] * 5 + [10.0, 12.0] * 5)  # fp32 calls take 4 s, bf16's 2 s
-    monkeypatch.setattr(aiayn.precision.time, "perf_counter", lambda: next(ticks))
-    monkeypatch.setattr(aiayn.precision, "SPEEDUP_SHAPE", (4, 4, 4))
+    monkeypatch.setattr(time, "perf_counter", lambda: next(ticks))
+    monkeypatch.setattr(aiayn.precision, "SPEEDUP_SIZE", 4)
     try:
         assert aiayn.precision.bf16_matmul_speedup(-1) == pytest.approx(2.0)
     finally:

@@ -131,9 +131,8 @@ def _float32_under_cpu_autocast(q: Tensor) -> bool:
 
     Mixed-precision training on the CPU (`TrainConfig.precision` bf16) autocasts the
     projections to bfloat16, and SDPA with them; but PyTorch's CPU kernels of fused
-    attention are about 3 times slower in bfloat16 than in float32 (forward and
-    backward; `benchmarks/profile_train.py`, README "Where a training step's time
-    goes"), so the attention itself is computed in float32, as the softmax of
+    attention are slower in bfloat16 than in float32 (forward and backward;
+    `benchmarks/profile_train.py` shows it), so the attention itself is computed in float32, as the softmax of
     mixed-precision training usually is, and its output returned in bfloat16.
     """
     return q.device.type == "cpu" and q.dtype == torch.bfloat16 and torch.is_autocast_enabled("cpu")

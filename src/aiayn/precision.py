@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import time
 
 import torch
 
@@ -27,9 +26,7 @@ def has_native_bf16(device: torch.device) -> bool:
     return torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()
 
 
-# The timed product of `bf16_matmul_speedup`: a training step's products are of this
-# order (thousands of token rows against weights of hundreds to thousands of columns).
-SPEEDUP_SHAPE = (1024, 512, 1024)
+SPEEDUP_SIZE = 1024  # the square product `bf16_matmul_speedup` times
 BF16_MIN_SPEEDUP = 1.1  # auto takes bf16 on the CPU only where its products are this much faster
 
 
@@ -37,23 +34,17 @@ BF16_MIN_SPEEDUP = 1.1  # auto takes bf16 on the CPU only where its products are
 def bf16_matmul_speedup(threads: int | None = None) -> float:
     """How much faster this CPU multiplies bfloat16 than float32 (> 1: bf16 is faster).
 
-    The best of a few timed `SPEEDUP_SHAPE` products in each type, on torch's current
-    threads (`threads` only keys the cache). A CPU may report AVX512-BF16 and still
-    multiply bf16 slower than fp32 (README, "Speed"): the flag alone does not say.
-    About 50 ms, once per process and thread count.
+    The ratio of `aiayn.budget.measure_matmul_peak` in each type (the best of a few
+    timed `SPEEDUP_SIZE` products), on torch's current threads (`threads` only keys
+    the cache). A CPU may report AVX512-BF16 and still multiply bf16 slower than fp32
+    (README, "CPU inference at its limit"): the flag alone does not say. Timed once
+    per process and thread count.
     """
-    m, k, n = SPEEDUP_SHAPE
-    best = {}
-    for dtype in (torch.float32, torch.bfloat16):
-        a, b = torch.randn(m, k).to(dtype), torch.randn(k, n).to(dtype)
-        a @ b  # warm-up: kernel choice and packing buffers
-        times = []
-        for _ in range(5):
-            started = time.perf_counter()
-            a @ b
-            times.append(time.perf_counter() - started)
-        best[dtype] = min(times)
-    return best[torch.float32] / best[torch.bfloat16]
+    from aiayn.budget import measure_matmul_peak  # aiayn.budget imports this module
+
+    fp32 = measure_matmul_peak(torch.float32, SPEEDUP_SIZE)
+    bf16 = measure_matmul_peak(torch.bfloat16, SPEEDUP_SIZE)
+    return bf16.gflops / fp32.gflops
 
 
 def resolve_precision(precision: Precision, device: torch.device) -> Precision:
