@@ -9,6 +9,10 @@
 - Dropout: `aiayn.dropout.dropout` (three 16-bit uniforms per random word) against
   `torch.nn.functional.dropout` (a `bernoulli_` draw per element), p = 0.1, training,
   on a (32, 30, 256) activation: one sub-layer output of the small training shape.
+- Loss: `aiayn.loss.label_smoothed_cross_entropy` (a hand-written backward) against
+  `F.cross_entropy(label_smoothing=0.1, ignore_index=pad)` with autograd, forward and
+  backward over bf16 logits cast to float32, (64, 32, 8000): one quickstart batch's
+  output (2,048 target positions, the 8,000-piece vocabulary) under bf16 autocast.
 - Top-k: `aiayn.search.top_candidates` (chunk maxima first) against
   `Tensor.topk`, the 2K = 8 best of each of 32 rows of beam 4 x 8000 scores: one
   step of beam search over the decoding benchmark's batch.
@@ -89,6 +93,7 @@ def main() -> None:
     common.set_threads(args.threads)
 
     from aiayn.dropout import dropout
+    from aiayn.loss import label_smoothed_cross_entropy
     from aiayn.search import top_candidates
 
     torch.manual_seed(0)
@@ -117,6 +122,30 @@ def main() -> None:
             lambda: dropout(activation, 0.1),
             lambda: F.dropout(activation, 0.1, training=True),
             20,
+        )
+    )
+    logits = torch.randn(64, 32, common.VOCAB).bfloat16().requires_grad_(True)
+    target = torch.randint(1, common.VOCAB - 1, (64, 32))
+    target[:, 28:] = common.PAD
+
+    def ours_loss() -> None:
+        label_smoothed_cross_entropy(logits, target, common.PAD, 0.1).loss.backward()
+
+    def torch_loss() -> None:
+        flat = logits.float().reshape(-1, common.VOCAB)
+        F.cross_entropy(
+            flat, target.reshape(-1), ignore_index=common.PAD, label_smoothing=0.1, reduction="sum"
+        ).backward()
+
+    cases.append(
+        (
+            "loss",
+            "forward + backward, (64, 32, 8000) bf16 logits, label smoothing 0.1",
+            "aiayn.loss.label_smoothed_cross_entropy",
+            "F.cross_entropy + autograd",
+            ours_loss,
+            torch_loss,
+            3,
         )
     )
     cases.append(

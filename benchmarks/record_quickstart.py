@@ -39,7 +39,7 @@ def quickstart_command(results: dict[str, Any]) -> str:
         args += ["--set", override]
     for option, key, default in (
         ("--vocab-size", "vocab_size", 8000),
-        ("--average", "average_last", 3),
+        ("--average", "average_last", 1),
         ("--beam", "beam", 4),
         ("--alpha", "alpha", 0.6),
     ):

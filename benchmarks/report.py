@@ -20,6 +20,7 @@ results file re-measured without `--write`, fails the suite.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import statistics
@@ -876,25 +877,50 @@ QUICKSTART_PREFIX = "quickstart-"
 REFERENCE = ROOT / "src" / "aiayn" / "configs" / "quickstart-reference.json"
 
 
-QuickstartKey = tuple[str, float, str, str, tuple[str, ...]]
+QuickstartKey = tuple[str, str, float, str, str, tuple[str, ...]]
 
 
 def quickstart_groups() -> dict[QuickstartKey, list[tuple[str, dict[str, Any]]]]:
-    """The recorded quickstart runs by (recipe, minutes, device kind, machine, overrides),
-    as (name, data)."""
+    """The recorded quickstart runs by (recipe, recipe version, minutes, device kind,
+    machine, overrides), as (name, data). The version is the recipe file's digest
+    (`aiayn.quickstart.recipe_digest`), "" where a run did not record one."""
     groups: dict[QuickstartKey, list[tuple[str, dict[str, Any]]]] = {}
     for path in sorted(RESULTS.glob(f"{QUICKSTART_PREFIX}*.json")):
         data = load(path.stem)
         run = data["results"]
         key = (
             Path(run["recipe"]).name,
+            run.get("recipe_sha256") or "",
             run["minutes"],
             run["device"].split(":")[0],
             data.get("machine", "machine not recorded"),
             tuple(run.get("overrides", [])),
         )
         groups.setdefault(key, []).append((path.stem, data))
-    return dict(sorted(groups.items(), key=lambda item: (item[0][4], *item[0][:3])))
+    current = {}  # recipe name -> the digest of the packaged file now
+    for name, *_ in groups:
+        packaged = ROOT / "src" / "aiayn" / "configs" / name
+        current[name] = recipe_digest(packaged) if packaged.is_file() else None
+
+    def order(item):
+        (name, digest, minutes, device, _, overrides) = item[0]
+        return (digest != current[name], overrides, name, digest, minutes, device)
+
+    return dict(sorted(groups.items(), key=order))
+
+
+def recipe_digest(path: Path) -> str:
+    """The recipe file's version as `aiayn.quickstart.recipe_digest` writes it."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+
+
+def version_label(name: str, digest: str) -> str:
+    """`1a2b3c4d (current)` for the packaged recipe's own version, `earlier` without one."""
+    if not digest:
+        return "not recorded"
+    packaged = ROOT / "src" / "aiayn" / "configs" / name
+    now = recipe_digest(packaged) if packaged.is_file() else None
+    return f"`{digest[:8]}`" + (" (current)" if digest == now else "")
 
 
 def median_range(values: list[float]) -> str:
@@ -908,12 +934,13 @@ def quickstart() -> str:
     if not groups:
         return "No quickstart run is recorded yet (see `benchmarks/record_quickstart.py`)."
     rows, sources = [], []
-    for (recipe, minutes, device, _, overrides), recorded in groups.items():
+    for (recipe, digest, minutes, device, _, overrides), recorded in groups.items():
         runs = [data["results"] for _, data in recorded]
         speeds = [r["budget"]["tokens_per_s"] for r in runs if r.get("budget")]
         rows.append(
             [
                 " ".join([recipe, *(f"`{o}`" for o in overrides)]),
+                version_label(recipe, digest),
                 device,
                 f"{minutes:g}",
                 ", ".join(str(r["seed"]) for r in sorted(runs, key=lambda r: r["seed"])),
@@ -925,22 +952,24 @@ def quickstart() -> str:
             ]
         )
         sources += [source(name, data) for name, data in recorded]
-    headers = ["recipe", "device", "minutes", "seeds", "test BLEU median (range)"]
+    headers = ["recipe", "version", "device", "minutes", "seeds", "test BLEU median (range)"]
     headers += ["chrF median (range)", "steps", "epochs", "tok/s (src+tgt)"]
-    return table(headers, rows, left=4) + "\n\n" + "\n\n".join(sources)
+    return table(headers, rows, left=5) + "\n\n" + "\n\n".join(sources)
 
 
 def quickstart_reference() -> dict[str, Any]:
     """The packaged reference: per recipe, minutes, device kind and machine, the seeds'
     BLEU and chrF (the quickstart prints their median and range next to its own)."""
     references = []
-    for (recipe, minutes, device, machine, overrides), recorded in quickstart_groups().items():
+    groups = quickstart_groups().items()
+    for (recipe, digest, minutes, device, machine, overrides), recorded in groups:
         runs = sorted(
             ((data["results"], name) for name, data in recorded), key=lambda x: x[0]["seed"]
         )
         references.append(
             {
                 "recipe": recipe,
+                "recipe_sha256": digest or None,
                 "minutes": minutes,
                 "device": device,
                 "machine": machine,

@@ -1,12 +1,12 @@
-"""The schedule of section 5.3, as the optimizer sees it."""
+"""The schedule of section 5.3 and the budget's linear decay, as the optimizer sees them."""
 
 import math
 
 import pytest
 import torch
 
-from aiayn.config import TrainConfig
-from aiayn.optim import build_optimizer, build_scheduler, inverse_sqrt_lr
+from aiayn.config import LRSchedule, TrainConfig
+from aiayn.optim import build_optimizer, build_scheduler, inverse_sqrt_lr, linear_decay_lr
 
 
 def formula(step: int, d_model: int, warmup: int) -> float:
@@ -76,3 +76,36 @@ def test_schedule_state_round_trips():
     assert optimizer2.param_groups[0]["lr"] == optimizer.param_groups[0]["lr"]
     optimizer.step(), scheduler.step(), optimizer2.step(), scheduler2.step()
     assert optimizer2.param_groups[0]["lr"] == optimizer.param_groups[0]["lr"]
+
+
+def test_linear_decay_warms_up_like_the_paper_then_falls_to_zero_at_the_budget():
+    d_model, warmup = 64, 4
+    peak = 2.0 * d_model**-0.5 * warmup**-0.5
+    done = {"fraction": 0.0}
+    config = TrainConfig(warmup=warmup, lr_scale=2.0, max_steps=1, lr_schedule="linear_decay")
+    optimizer = build_optimizer(torch.nn.Linear(2, 2), config)
+    scheduler = build_scheduler(optimizer, d_model, config, lambda: done["fraction"])
+    seen = [optimizer.param_groups[0]["lr"]]
+    for fraction in (0.0, 0.0, 0.0, 0.25, 0.5, 0.9, 1.0, 1.5):
+        done["fraction"] = fraction
+        optimizer.step()
+        scheduler.step()
+        seen.append(optimizer.param_groups[0]["lr"])
+    # updates 1-4 warm up exactly as the paper's schedule (same peak at update 4) ...
+    for step in range(1, warmup + 1):
+        assert math.isclose(seen[step - 1], 2.0 * formula(step, d_model, warmup), rel_tol=1e-12)
+    assert math.isclose(seen[warmup - 1], peak, rel_tol=1e-12)
+    # ... then the peak times the budget left: 0.75, 0.5, 0.1, then zero (never below)
+    expected = [peak * 0.75, peak * 0.5, peak * 0.1, 0.0, 0.0]
+    for got, want in zip(seen[warmup:], expected, strict=True):
+        assert math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-15)
+    assert math.isclose(linear_decay_lr(2, 512, 4000, 0.0), inverse_sqrt_lr(2, 512, 4000))
+
+
+def test_linear_decay_needs_the_budget_and_unknown_schedules_are_named():
+    config = TrainConfig(max_steps=1, lr_schedule="linear_decay")
+    with pytest.raises(ValueError, match="fraction_done"):
+        build_scheduler(build_optimizer(torch.nn.Linear(2, 2), config), 64, config)
+    with pytest.raises(ValueError, match="lr_schedule must be one of inverse_sqrt, linear_decay"):
+        TrainConfig(max_steps=1, lr_schedule="cosine")
+    assert TrainConfig(max_steps=1).lr_schedule is LRSchedule.INVERSE_SQRT  # the paper's default

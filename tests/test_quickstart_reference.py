@@ -58,10 +58,10 @@ def test_table_and_reference_give_median_and_range_over_seeds(report, tmp_path):
     text = report.quickstart()
     rows = [line for line in text.splitlines() if line.startswith("| bible-en-es-cpu.yaml")]
     assert rows == [
-        "| bible-en-es-cpu.yaml | cpu | 15 | 0, 1, 2 | 20.50 (19.00-24.25) | 40.00 (39.00-44.50) "
-        "| 1,001 | 2.10 | 11,000 |",
-        "| bible-en-es-cpu.yaml | cpu | 30 | 0 | 23.00 (23.00-23.00) | 43.00 (43.00-43.00) "
-        "| 1,000 | 2.00 | 10,000 |",
+        "| bible-en-es-cpu.yaml | not recorded | cpu | 15 | 0, 1, 2 | 20.50 (19.00-24.25) "
+        "| 40.00 (39.00-44.50) | 1,001 | 2.10 | 11,000 |",
+        "| bible-en-es-cpu.yaml | not recorded | cpu | 30 | 0 | 23.00 (23.00-23.00) "
+        "| 43.00 (43.00-43.00) | 1,000 | 2.00 | 10,000 |",
     ]
     assert text.count("Source: `benchmarks/results/quickstart-") == 4
     (fifteen, thirty) = report.quickstart_reference()["references"]
@@ -84,6 +84,35 @@ def test_the_reference_line_reads_what_report_writes(report, tmp_path, monkeypat
     assert line == (
         "reference on Xeon, 2 cores: median 20.50 BLEU (range 19.00-24.25) over 3 seeds, 15 minutes"
     )
+
+
+def test_runs_of_another_version_of_the_recipe_are_kept_apart(report, tmp_path, monkeypatch):
+    import aiayn.quickstart
+    from aiayn.quickstart import recipe_digest
+
+    recipe = tmp_path / "bible-en-es-cpu.yaml"
+    recipe.write_text("train: {warmup: 400}\n", encoding="utf-8")
+    old = recipe_digest(recipe)
+    recipe.write_text("train: {warmup: 200}\n", encoding="utf-8")
+    new = recipe_digest(recipe)
+    assert len(new) == 12 and old != new and recipe_digest(tmp_path / "missing.yaml") is None
+    for seed, bleu, digest in ((0, 20.0, old), (1, 21.0, old), (0, 25.0, new)):
+        write(
+            tmp_path,
+            f"quickstart-v{digest}-{seed}",
+            run_results(seed, bleu, 40.0, recipe_sha256=digest),
+        )
+    monkeypatch.setattr(report, "ROOT", tmp_path / "root")
+    packaged_dir = tmp_path / "root" / "src" / "aiayn" / "configs"
+    packaged_dir.mkdir(parents=True)
+    (packaged_dir / "bible-en-es-cpu.yaml").write_bytes(recipe.read_bytes())
+    rows = [line for line in report.quickstart().splitlines() if line.startswith("| bible")]
+    assert [row.split(" | ")[1] for row in rows] == [f"`{new[:8]}` (current)", f"`{old[:8]}`"]
+    packaged = tmp_path / "reference.json"
+    packaged.write_text(report.reference_text(), encoding="utf-8")
+    monkeypatch.setattr(aiayn.quickstart, "reference_file", lambda: packaged)
+    line = aiayn.quickstart.reference_line(recipe, 15, "cpu")
+    assert "median 25.00 BLEU" in line and "over 1 seed" in line  # the old version's runs left out
 
 
 def test_the_packaged_reference_equals_the_committed_results():
@@ -167,9 +196,9 @@ def test_runs_with_overrides_form_their_own_row_and_reference(report, tmp_path):
     auto = run_results(0, 19.0, 39.0, overrides=["train.precision=auto"])
     write(tmp_path, "quickstart-bf16-seed0-15min", auto)
     rows = [line for line in report.quickstart().splitlines() if line.startswith("| bible")]
-    assert rows[0].startswith("| bible-en-es-cpu.yaml | cpu | 15 | 0 | 18.00 ")
+    assert rows[0].startswith("| bible-en-es-cpu.yaml | not recorded | cpu | 15 | 0 | 18.00 ")
     assert rows[1].startswith(
-        "| bible-en-es-cpu.yaml `train.precision=auto` | cpu | 15 | 0 | 19.00 "
+        "| bible-en-es-cpu.yaml `train.precision=auto` | not recorded | cpu | 15 | 0 | 19.00 "
     )
     plain, bf16 = report.quickstart_reference()["references"]
     assert plain["overrides"] == [] and plain["bleu"] == [18.0]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from aiayn.config import TrainConfig
-from aiayn.stopping import SAVE, StopPolicy, StopSignals
+from aiayn.stopping import SAVE, StopPolicy, StopSignals, fraction_done
 from aiayn.train_state import TrainState
 
 CPU = torch.device("cpu")
@@ -74,6 +74,17 @@ def test_seconds_left_is_the_nearest_limit():
     # steps: 60 updates * 2 s; epochs: 0.5 epoch * 50 updates * 2 s; minutes: 600 - 500 s
     assert both.seconds_left(state, 1.5, updates_per_epoch=50, seconds_per_update=2) == 50
     assert both.seconds_left(TrainState(step=200), 3, 50, 2) == 0
+
+
+def test_fraction_done_is_the_largest_share_of_any_limit_and_1_where_the_policy_stops():
+    config = TrainConfig(max_steps=100, max_epochs=4, max_minutes=10)
+    # steps 40/100, epochs 1/4, minutes 300 s / 600 s: the minutes are furthest along
+    assert fraction_done(config, TrainState(step=40, train_seconds=300.0), 1.0) == 0.5
+    assert fraction_done(config, TrainState(step=90, train_seconds=0.0), 3.0) == 0.9
+    only_minutes = TrainConfig(max_minutes=1.5)
+    state = TrainState(step=10**6, train_seconds=90.0)  # steps do not count without max_steps
+    assert fraction_done(only_minutes, state, 50.0) == 1.0
+    assert policy(max_minutes=1.5).check(state, 50.0, signalled=False) == "max_minutes"
 
 
 def test_stop_signals_record_the_first_signal_and_restore_the_handlers():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -118,6 +119,43 @@ def test_run_directory_layout_and_metrics(corpus, tmp_path):
     assert valid["ppl"] == pytest.approx(2.718281828 ** valid["loss"]) and "bleu" in valid
     assert "valid at update 4" in (run / "train.log").read_text()
     assert any((run / "tb").iterdir())
+
+
+def test_linear_decay_resumes_bit_exact_and_a_larger_budget_raises_the_rate(corpus, tmp_path):
+    """A run of 6 updates saving at 3, cut back to its update-3 checkpoint and resumed,
+    ends bit-exact with the whole; a run stopped at its own limit of 3 (rate 0 by then)
+    and resumed with 6 gives update 4 the rate the new budget gives: half the peak."""
+    common = [f"data.corpus={corpus}", "train.lr_schedule=linear_decay", "train.warmup=2"]
+    common += quiet(checkpoint_every_steps=3, keep_last=2, log_every_steps=1)
+    whole = tmp_path / "whole"
+    train_from_recipe(RECIPE, whole, [*common, "train.max_steps=6"], progress=False)
+    cut = tmp_path / "cut"
+    shutil.copytree(whole, cut)
+    shutil.rmtree(cut / "checkpoints" / "step-00000006")
+    train_from_recipe(RECIPE, cut, [*common, "train.max_steps=6"], progress=False)
+    a = load_file(whole / "checkpoints/step-00000006/model.safetensors")
+    b = load_file(cut / "checkpoints/step-00000006/model.safetensors")
+    assert all(torch.equal(a[name], b[name]) for name in a)
+
+    short = tmp_path / "short"
+    train_from_recipe(RECIPE, short, [*common, "train.max_steps=3"], progress=False)
+    train_from_recipe(RECIPE, short, [*common, "train.max_steps=6"], progress=False)
+    lines = [json.loads(line) for line in (short / "metrics.jsonl").read_text().splitlines()]
+    rates = {line["step"]: line["lr"] for line in lines if line["kind"] == "train"}
+    peak = 2.0 * 32**-0.5 * 2**-0.5  # the tiny recipe: lr_scale 2, d_model 32; warmup 2
+    assert rates[3] == pytest.approx(peak * (1 - 2 / 3))
+    assert rates[4] == pytest.approx(peak * (1 - 3 / 6))
+
+
+def test_linear_decay_gives_update_k_the_peak_times_the_steps_left(tmp_path):
+    trainer = copy_trainer(tmp_path, max_steps=12, warmup=3, lr_schedule="linear_decay")
+    assert trainer.fit().steps == 12
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    rates = {line["step"]: line["lr"] for line in lines if line["kind"] == "train"}
+    peak = 32**-0.5 * 3**-0.5  # d_model 32, warmup 3
+    for k in range(1, 13):  # update k runs after k - 1 of the 12 updates were made
+        assert rates[k] == pytest.approx(peak * min(k / 3, 1 - (k - 1) / 12), rel=1e-9), k
+    assert rates[12] == pytest.approx(peak / 12)  # the last update still moves; none is wasted
 
 
 def test_max_minutes_counts_cumulative_training_time(corpus, tmp_path):

@@ -1199,7 +1199,9 @@ def quickstart(
     vocab_size: Annotated[
         int | None, typer.Option(help="Shared subword vocabulary size (default: tuned).")
     ] = None,
-    average: Annotated[int, typer.Option(help="Average the last K checkpoints.")] = 3,
+    average: Annotated[
+        int, typer.Option(help="Average the last K checkpoints (1: the last alone).")
+    ] = 1,
     test_pairs: Annotated[
         int | None, typer.Option(help="Score only the first N test pairs (default: all).")
     ] = None,

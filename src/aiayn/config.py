@@ -477,6 +477,22 @@ class ModelConfig:
 # ----- training ---------------------------------------------------------------------
 
 
+class LRSchedule(str, Enum):
+    """The shape of the learning rate over a run (`TrainConfig.lr_schedule`).
+
+    Both warm up linearly for `warmup` updates to the same peak,
+    `lr_scale * d_model^-0.5 * warmup^-0.5`; then
+    INVERSE_SQRT decays it as `step^-0.5` (section 5.3: the paper's), and
+    LINEAR_DECAY lowers it linearly to zero at the end of the run's budget: the
+    fraction done of the first limit reached (`max_steps`, `max_epochs` or
+    `max_minutes`, the last by the training clock). "Budgeted training" (Li et al.,
+    ICLR 2020) found this shape the best when the budget is known in advance.
+    """
+
+    INVERSE_SQRT = "inverse_sqrt"
+    LINEAR_DECAY = "linear_decay"
+
+
 class Precision(str, Enum):
     """Floating-point arithmetic of a model, in training or in inference.
 
@@ -539,6 +555,8 @@ class TrainConfig:
         lr_scale: factor on the schedule `d_model^-0.5 * min(step^-0.5,
             step * warmup^-1.5)` (section 5.3 uses 1).
         warmup: warmup steps of the schedule (the paper: 4000).
+        lr_schedule: the rate after warmup: inverse_sqrt (the paper's) or
+            linear_decay (to zero at the end of the budget; see `LRSchedule`).
         betas, eps: Adam's (the paper: 0.9, 0.98, 1e-9).
         label_smoothing: epsilon_ls of section 5.4 (0.1).
         clip_norm: clip the gradient's global L2 norm to this; None = no clipping
@@ -567,6 +585,7 @@ class TrainConfig:
     accumulation: int = 1
     lr_scale: float = 1.0
     warmup: int = 4000
+    lr_schedule: LRSchedule = LRSchedule.INVERSE_SQRT
     betas: tuple[float, float] = (0.9, 0.98)
     eps: float = 1e-9
     label_smoothing: float = 0.1
@@ -620,6 +639,8 @@ class TrainConfig:
         if precision is Precision.INT8:
             raise fail("precision", "fp32, bf16, fp16 or auto (int8 is for inference only)")
         object.__setattr__(self, "precision", precision)
+        schedule = enum_member(LRSchedule, self.lr_schedule, "TrainConfig.lr_schedule")
+        object.__setattr__(self, "lr_schedule", schedule)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain types only, for YAML and JSON."""

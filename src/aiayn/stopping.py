@@ -112,6 +112,19 @@ class StopPolicy:
         return max(0.0, min(left))
 
 
+def fraction_done(config: TrainConfig, state: TrainState, epochs: float) -> float:
+    """The share of the run's budget spent: the largest over its limits (steps, epochs,
+    minutes of training time), so 1.0 exactly when `StopPolicy` stops the run."""
+    shares = []
+    if config.max_steps is not None:
+        shares.append(state.step / config.max_steps)
+    if config.max_epochs is not None:
+        shares.append(epochs / config.max_epochs)
+    if config.max_minutes is not None:
+        shares.append(state.train_seconds / (config.max_minutes * 60))
+    return max(shares)
+
+
 class StopSignals:
     """SIGINT / SIGTERM ask the loop to save and stop; a second SIGINT stops at once.
 

@@ -81,7 +81,7 @@ from aiayn.models import build_model
 from aiayn.optim import build_optimizer, build_scheduler
 from aiayn.precision import autocast, grad_scaler, training_precision
 from aiayn.recipe import CONFIG_FILE, Recipe, check_same_run, load_recipe, recipe_from_dict
-from aiayn.stopping import SAVE, StopPolicy, StopSignals
+from aiayn.stopping import SAVE, StopPolicy, StopSignals, fraction_done
 from aiayn.tasks import Batches, Task, TaskBatch, build_task, evaluate_task
 from aiayn.train_state import (
     TrainState,
@@ -159,10 +159,15 @@ class Trainer:
         self.train_data, self.valid_data = train_data, valid_data
         self.run_dir = Path(run_dir)
         self.progress = progress and self.env.is_main
-        self.optimizer = build_optimizer(self.model, config)
-        self.scheduler = build_scheduler(self.optimizer, model.cfg.d_model, config)
-        self.scaler = grad_scaler(self.precision, self.device)
         self.state = TrainState()
+        self.optimizer = build_optimizer(self.model, config)
+        self.scheduler = build_scheduler(
+            self.optimizer,
+            model.cfg.d_model,
+            config,
+            lambda: fraction_done(self.config, self.state, self.epochs()),
+        )
+        self.scaler = grad_scaler(self.precision, self.device)
         self._batches: Iterator[TaskBatch] | None = None
         self._metrics = MetricsLog(self.run_dir, 0, enabled=False)
 
@@ -268,9 +273,9 @@ class Trainer:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), config.clip_norm)
         self.scaler.step(self.optimizer)
         self.scaler.update()
+        self.state.step += 1  # first: a linear_decay schedule reads the updates made
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        self.state.step += 1
         self.state.non_finite_in_row = 0
         return {"loss": loss_sum, "nll": nll_sum, "tokens": tokens, "lr": lr}
 
@@ -367,6 +372,16 @@ class Trainer:
         load_weights(self.model, checkpoint / "model.safetensors", self.device)
         parts = (self.optimizer, self.scheduler, self.scaler)
         self.state = restore_trainer_state(saved, *parts, self.env, self.config.seed)
+        # The next update's rate by this run's schedule, not the one saved: a
+        # linear_decay run resumed with a larger budget starts again from the rate
+        # that budget gives (the same value when the budget is unchanged).
+        for group, base, factor in zip(
+            self.optimizer.param_groups,
+            self.scheduler.base_lrs,
+            self.scheduler.lr_lambdas,
+            strict=True,
+        ):
+            group["lr"] = base * factor(self.scheduler.last_epoch)
         self._batches = None
         log.info(
             "resumed from %s (update %d, epoch %.2f)", checkpoint, self.state.step, self.epochs()
