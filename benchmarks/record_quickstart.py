@@ -40,8 +40,8 @@ def quickstart_command(results: dict[str, Any]) -> str:
     for option, key, default in (
         ("--vocab-size", "vocab_size", 8000),
         ("--average", "average_last", 1),
-        ("--beam", "beam", 4),
-        ("--alpha", "alpha", 0.6),
+        ("--beam", "beam", 8),
+        ("--alpha", "alpha", 1.0),
     ):
         if key in results and results[key] != default:
             args += [option, f"{results[key]:g}"]

@@ -1205,8 +1205,8 @@ def quickstart(
     test_pairs: Annotated[
         int | None, typer.Option(help="Score only the first N test pairs (default: all).")
     ] = None,
-    beam: BeamOpt = 4,
-    alpha: AlphaOpt = 0.6,
+    beam: BeamOpt = 8,
+    alpha: AlphaOpt = 1.0,
     seed: Annotated[
         int | None,
         typer.Option(help="Training seed (default: the recipe's); a run resumes with its own."),
