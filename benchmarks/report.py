@@ -897,30 +897,26 @@ def quickstart_groups() -> dict[QuickstartKey, list[tuple[str, dict[str, Any]]]]
             tuple(run.get("overrides", [])),
         )
         groups.setdefault(key, []).append((path.stem, data))
-    current = {}  # recipe name -> the digest of the packaged file now
-    for name, *_ in groups:
-        packaged = ROOT / "src" / "aiayn" / "configs" / name
-        current[name] = recipe_digest(packaged) if packaged.is_file() else None
 
     def order(item):
         (name, digest, minutes, device, _, overrides) = item[0]
-        return (digest != current[name], overrides, name, digest, minutes, device)
+        return (digest != packaged_digest(name), overrides, name, digest, minutes, device)
 
     return dict(sorted(groups.items(), key=order))
 
 
-def recipe_digest(path: Path) -> str:
-    """The recipe file's version as `aiayn.quickstart.recipe_digest` writes it."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+def packaged_digest(name: str) -> str | None:
+    """The packaged recipe NAME's version now, as `aiayn.quickstart.recipe_digest` writes
+    it (the first 12 hex digits of the file's SHA-256); None if no such recipe is packaged."""
+    path = ROOT / "src" / "aiayn" / "configs" / name
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:12] if path.is_file() else None
 
 
 def version_label(name: str, digest: str) -> str:
-    """`1a2b3c4d (current)` for the packaged recipe's own version, `earlier` without one."""
+    """`1a2b3c4d (current)` for the packaged recipe's own version, `not recorded` without one."""
     if not digest:
         return "not recorded"
-    packaged = ROOT / "src" / "aiayn" / "configs" / name
-    now = recipe_digest(packaged) if packaged.is_file() else None
-    return f"`{digest[:8]}`" + (" (current)" if digest == now else "")
+    return f"`{digest[:8]}`" + (" (current)" if digest == packaged_digest(name) else "")
 
 
 def median_range(values: list[float]) -> str:

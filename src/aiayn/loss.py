@@ -44,7 +44,7 @@ def label_smoothed_cross_entropy(
     label_smoothing=epsilon, ignore_index=pad_id)`, and so do the gradients; they
     are written by hand (`_SmoothedCrossEntropy`): one (B, T, V) pass each way
     instead of autograd's chain of log-softmax, gather, mean and masks (measured by
-    benchmarks/bench_loss.py).
+    benchmarks/bench_kernels.py).
 
     Args:
         logits: (B, T, V) unnormalised scores.

@@ -36,7 +36,7 @@ def linear_decay_lr(
     Linear warmup to the paper's peak `lr_scale * d_model^-0.5 * warmup^-0.5`, then
     the peak times `1 - fraction_done` (zero once the budget is spent).
     """
-    peak = lr_scale * d_model**-0.5 * warmup**-0.5
+    peak = inverse_sqrt_lr(warmup, d_model, warmup, lr_scale)
     return peak * min(step / warmup, max(0.0, 1.0 - fraction_done))
 
 
