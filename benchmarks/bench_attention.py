@@ -5,12 +5,12 @@
 Two tables, on the CPU and on CUDA when there is one, forward only (inference)
 unless said otherwise.
 
-`attend`: `aiayn.attention.attend` on (batch 1, 8 heads, L, 64) queries, keys and
+`attend`: `aiayn.nn.attention.attend` on (batch 1, 8 heads, L, 64) queries, keys and
 values with a padding mask, at L = 128 ... 8192. The explicit path materialises the
 (L, L) weights; SDPA does not (flash / memory-efficient kernels). A length whose
 explicit path would exceed --max-gib is skipped and shown as such.
 
-`sliding`: `aiayn.sliding_window.sliding_window_attention` (window --window on each
+`sliding`: `aiayn.nn.kernels.sliding_window.sliding_window_attention` (window --window on each
 side, --n-global global tokens, the same padding mask) at L = 1k ... 64k, against
 dense SDPA with the equivalent (L, L) band mask (built inside the call: it is part of
 that method's cost) and against full SDPA with no mask at all (the fused kernel at its
@@ -58,7 +58,7 @@ def peak_cpu_bytes(fn) -> int:
 def measure(device: str, length: int, need_weights: bool, repeats: int, threads: int):
     import torch
 
-    from aiayn.attention import attend
+    from aiayn.nn.attention import attend
 
     common.set_threads(threads)
     generator = torch.Generator().manual_seed(0)
@@ -110,7 +110,7 @@ def sliding_calls(key_mask, window: int, n_global: int) -> dict[str, Callable]:
     """Each system's attention, a function of (q, k, v), over a (1, L) key mask."""
     import torch.nn.functional as F
 
-    from aiayn.sliding_window import band_mask, sliding_window_attention
+    from aiayn.nn.kernels.sliding_window import band_mask, sliding_window_attention
 
     def sliding(q, k, v):
         return sliding_window_attention(q, k, v, window, key_mask=key_mask, n_global=n_global)

@@ -11,13 +11,13 @@ same number of threads. Metric: target tokens/s = batch x 30 / wall time of one
 call, the encoder included. Systems take turns call by call (see `common`); the
 tables show medians and the median of the per-round ratios. Batch-1 rows give the
 latency of one sentence. "aiayn, 1-thread steps" runs the encoder with the same
-threads and each decoding step with one (`aiayn.threads.StepThreads`).
+threads and each decoding step with one (`aiayn.inference.threads.StepThreads`).
 
 The default run is issue 17's 8 cells (small/base x greedy/beam 4 x batch 32/1) for
 aiayn fp32, aiayn int8 (`freeze(model, torch.int8)`), each with and without an output
 shortlist, CTranslate2 fp32 and int8, and HF. `--threads 2,1` measures each thread
 count in turn (worker processes of their own). Random weights have no translation
-table, so the shortlist (`aiayn.shortlist`) is built from a synthetic parallel corpus
+table, so the shortlist (`aiayn.inference.shortlist`) is built from a synthetic parallel corpus
 (`common.synthetic_parallel`) whose candidate sets have the size they have on text;
 its set size per cell is reported. Per cell: "best / CT2 int8", the fastest of the
 `--best-of` systems (those keeping the quality goal) against CTranslate2 int8, and
@@ -132,22 +132,22 @@ def aiayn_runner(
     """aiayn's searches; with `step_threads`, the decoding steps use that many threads.
 
     `precision`: fp32, bf16 or int8 (`freeze`'s dtype; `int8_output`: its output
-    projection in int8 too); `shortlist`: a saved `aiayn.shortlist.Shortlist` whose
+    projection in int8 too); `shortlist`: a saved `aiayn.inference.shortlist.Shortlist` whose
     candidates alone the output projection scores.
     """
     import torch
 
-    from aiayn.inference import freeze
-    from aiayn.marian import load_marian_model
-    from aiayn.search import beam_search, greedy_search
-    from aiayn.threads import StepThreads
+    from aiayn.inference.frozen import freeze
+    from aiayn.inference.search import beam_search, greedy_search
+    from aiayn.inference.threads import StepThreads
+    from aiayn.io.marian import load_marian_model
 
     common.set_threads(threads)
     dtype = {"fp32": None, "bf16": torch.bfloat16, "int8": torch.int8}[precision]
     model = load_marian_model(directory).to(device)
     model = freeze(model, dtype) if int8_output else freeze(model, dtype, int8_output=False)
     if shortlist is not None:
-        from aiayn.shortlist import Shortlist, Shortlisted
+        from aiayn.inference.shortlist import Shortlist, Shortlisted
 
         model = Shortlisted(model, Shortlist.load(shortlist, common.VOCAB))
     if step_threads is not None:
@@ -235,7 +235,7 @@ def shortlist_size(path: Path, src: list[list[int]]) -> int:
     """The number of candidates the shortlist at `path` gives the sources `src` (eos must be one)."""
     import torch
 
-    from aiayn.shortlist import Shortlist
+    from aiayn.inference.shortlist import Shortlist
 
     candidates = Shortlist.load(path, common.VOCAB).candidates(torch.tensor(src))
     if common.EOS not in candidates.tolist():  # FixedLength forces eos at the last step
@@ -295,10 +295,10 @@ def prepare_shortlist(workdir: Path, frequent: int | None, per_source: int | Non
     """The shortlist of the synthetic parallel corpus, built once per workdir and setting.
 
     Returns:
-        The setting built with: frequent and per_source (`aiayn.shortlist`'s defaults
+        The setting built with: frequent and per_source (`aiayn.inference.shortlist`'s defaults
         where None).
     """
-    from aiayn import shortlist
+    from aiayn.inference import shortlist
 
     setting = {
         "frequent": shortlist.DEFAULT_FREQUENT if frequent is None else frequent,
@@ -468,10 +468,10 @@ def main() -> None:
         help="the aiayn systems that keep the quality goal: the fastest of them is 'best'",
     )
     parser.add_argument(
-        "--shortlist-frequent", type=int, metavar="N", help="default: aiayn.shortlist's"
+        "--shortlist-frequent", type=int, metavar="N", help="default: aiayn.inference.shortlist's"
     )
     parser.add_argument(
-        "--shortlist-per-source", type=int, metavar="K", help="default: aiayn.shortlist's"
+        "--shortlist-per-source", type=int, metavar="K", help="default: aiayn.inference.shortlist's"
     )
     parser.add_argument(
         "--int8-shortlist-output",

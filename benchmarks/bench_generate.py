@@ -5,8 +5,8 @@
 One random-weight GPT2LMHeadModel per shape ("gpt2-small": GPT-2 small's 12 layers,
 d_model 768, 12 heads, 50,257 tokens; "tiny": 3 layers, d_model 128, 4 heads,
 8,000 tokens) is saved with `save_pretrained` into a work directory; aiayn loads it
-with `aiayn.hf_models.load_gpt2` and decodes with the model `Generator` runs: its
-`aiayn.inference.freeze` copy, through the search's greedy loop (KV cache filled
+with `aiayn.io.hf_models.load_gpt2` and decodes with the model `Generator` runs: its
+`aiayn.inference.frozen.freeze` copy, through the search's greedy loop (KV cache filled
 by the prompt in one pass). Hugging Face runs `generate` (greedy, its KV cache).
 
 Both continue the same prompts (random ids, `--prompt-len` tokens, no padding)
@@ -75,9 +75,9 @@ def prompts(batch: int, length: int, vocab_size: int, seed: int = 0) -> list[lis
 
 
 def aiayn_runner(directory: Path, threads: int, bf16: bool):
-    from aiayn.hf_models import load_gpt2
-    from aiayn.inference import freeze
-    from aiayn.search import greedy_search
+    from aiayn.inference.frozen import freeze
+    from aiayn.inference.search import greedy_search
+    from aiayn.io.hf_models import load_gpt2
 
     common.set_threads(threads)
     model, _ = load_gpt2(directory)

@@ -8,9 +8,9 @@ R = 1, 4 (greedy and beam-4 decoding of one sentence), 32 and 128 (a batch of 32
 sentences, greedy and beam 4) and 960 (the encoder: 32 sentences of 30 tokens).
 Candidates, each timed in the same process, taking turns call by call:
 
-- fp32: `aiayn.inference.FrozenLinear` (what `freeze` builds in float32: oneDNN's packed
+- fp32: `aiayn.inference.frozen.FrozenLinear` (what `freeze` builds in float32: oneDNN's packed
   weight from 512 x 512 up, a contiguous W^T below).
-- int8 fbgemm / int8 onednn: `aiayn.inference.Int8Linear` with that engine (per-channel
+- int8 fbgemm / int8 onednn: `aiayn.inference.frozen.Int8Linear` with that engine (per-channel
   int8 weights, activations quantized per token, dynamic quantization kernels).
 - int8 fbgemm, per tensor: the same without per-token scales (one scale per call).
 - torch._int_mm: the raw int8 GEMM (int32 accumulation) with per-token quantization of x
@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 import common
-from aiayn.inference import FrozenLinear, Int8Linear
+from aiayn.inference.frozen import FrozenLinear, Int8Linear
 
 SHAPES = {  # name -> (out, in)
     "small qkv": (768, 256),

@@ -2,18 +2,18 @@
 
     PYTHONPATH=src python benchmarks/bench_kernels.py [--rounds 30] [--threads 2]
 
-- Adam: `aiayn.optim.build_optimizer` (fused Adam) against `torch.optim.Adam` as
+- Adam: `aiayn.training.optim.build_optimizer` (fused Adam) against `torch.optim.Adam` as
   PyTorch runs it on the CPU by default (a for-loop over the parameters), one step
   over every parameter of a model (the quickstart's and the base shape, vocabulary
   8000), gradients random.
-- Dropout: `aiayn.dropout.dropout` (three 16-bit uniforms per random word) against
+- Dropout: `aiayn.nn.dropout.dropout` (three 16-bit uniforms per random word) against
   `torch.nn.functional.dropout` (a `bernoulli_` draw per element), p = 0.1, training,
   on a (32, 30, 256) activation: one sub-layer output of the small training shape.
-- Loss: `aiayn.loss.label_smoothed_cross_entropy` (a hand-written backward) against
+- Loss: `aiayn.training.loss.label_smoothed_cross_entropy` (a hand-written backward) against
   `F.cross_entropy(label_smoothing=0.1, ignore_index=pad)` with autograd, forward and
   backward over bf16 logits cast to float32, (64, 32, 8000): one quickstart batch's
   output (2,048 target positions, the 8,000-piece vocabulary) under bf16 autocast.
-- Top-k: `aiayn.search.top_candidates` (chunk maxima first) against
+- Top-k: `aiayn.inference.search.top_candidates` (chunk maxima first) against
   `Tensor.topk`, the 2K = 8 best of each of 32 rows of beam 4 x 8000 scores: one
   step of beam search over the decoding benchmark's batch.
 
@@ -43,7 +43,7 @@ def adam_pair(size: str) -> tuple[Callable[[], object], Callable[[], object], in
     """(aiayn's step, PyTorch's default step, parameter count) over one shape's model."""
     from aiayn import ModelConfig, Transformer
     from aiayn.config import TrainConfig
-    from aiayn.optim import build_optimizer
+    from aiayn.training.optim import build_optimizer
 
     shape = common.SHAPES[size]
     cfg = ModelConfig(
@@ -92,9 +92,9 @@ def main() -> None:
     args = parser.parse_args()
     common.set_threads(args.threads)
 
-    from aiayn.dropout import dropout
-    from aiayn.loss import label_smoothed_cross_entropy
-    from aiayn.search import top_candidates
+    from aiayn.inference.search import top_candidates
+    from aiayn.nn.dropout import dropout
+    from aiayn.training.loss import label_smoothed_cross_entropy
 
     torch.manual_seed(0)
     activation = torch.randn(32, 30, 256)
@@ -106,7 +106,7 @@ def main() -> None:
             (
                 "adam",
                 f"one step over the {size} shape's {n_params / 1e6:.1f}M parameters",
-                "aiayn.optim.build_optimizer (fused Adam)",
+                "aiayn.training.optim.build_optimizer (fused Adam)",
                 "torch.optim.Adam (CPU default, for-loop)",
                 fused,
                 plain,
@@ -117,7 +117,7 @@ def main() -> None:
         (
             "dropout",
             "p = 0.1 on a (32, 30, 256) activation",
-            "aiayn.dropout.dropout",
+            "aiayn.nn.dropout.dropout",
             "F.dropout (bernoulli_)",
             lambda: dropout(activation, 0.1),
             lambda: F.dropout(activation, 0.1, training=True),
@@ -141,7 +141,7 @@ def main() -> None:
         (
             "loss",
             "forward + backward, (64, 32, 8000) bf16 logits, label smoothing 0.1",
-            "aiayn.loss.label_smoothed_cross_entropy",
+            "aiayn.training.loss.label_smoothed_cross_entropy",
             "F.cross_entropy + autograd",
             ours_loss,
             torch_loss,
@@ -152,7 +152,7 @@ def main() -> None:
         (
             "topk",
             "8 best of 32 rows of 4 x 8000 scores (one beam-4 step)",
-            "aiayn.search.top_candidates",
+            "aiayn.inference.search.top_candidates",
             "Tensor.topk",
             lambda: top_candidates(scores, 8),
             lambda: scores.topk(8, dim=1),

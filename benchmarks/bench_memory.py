@@ -3,7 +3,7 @@
     PYTHONPATH=src python benchmarks/bench_memory.py --before ead7eb6
 
 For each shape, a random-weight Marian model (as `bench_decode.py` makes it) is loaded
-and frozen (`aiayn.inference.freeze`) in a fresh process. The process's resident memory
+and frozen (`aiayn.inference.frozen.freeze`) in a fresh process. The process's resident memory
 (VmRSS) is read before loading, after freezing (the literal model and the frozen one:
 what `Translator` holds, as it keeps the model for attention maps), and after deleting
 the literal model and handing glibc's freed blocks back (`malloc_trim`): what the
@@ -40,8 +40,8 @@ def rss():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
 torch.set_num_threads(1)
-from aiayn.inference import freeze
-from aiayn.marian import load_marian_model
+from aiayn.inference.frozen import freeze
+from aiayn.io.marian import load_marian_model
 start = rss()
 model = load_marian_model(sys.argv[1])
 weights_mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20

@@ -12,7 +12,7 @@ the training data) of uniform length 1..--train-max, and of each length in
 --test-lengths; the score is exact match, the share of outputs equal to the target.
 Learned positions have untrained rows past the training lengths and `none` sees its
 source as a bag of symbols (it cannot reverse at all): their failures are the result,
-not a bug. Sources end with eos, as `aiayn.translate` encodes sentences.
+not a bug. Sources end with eos, as `aiayn.apps.translate` encodes sentences.
 
 bible: `aiayn quickstart` once per scheme (`--set model.positional=SCHEME`), --parallel
 runs at a time with one thread each, as the recipe was measured; the corpus is prepared
@@ -81,7 +81,7 @@ def train_scheme(scheme: str, args: argparse.Namespace):
     import torch
 
     from aiayn import ModelConfig, Transformer
-    from aiayn.loss import label_smoothed_cross_entropy
+    from aiayn.training.loss import label_smoothed_cross_entropy
 
     torch.manual_seed(args.seed)
     cfg = ModelConfig.tiny(
@@ -126,7 +126,7 @@ def score_test(fast, test: str, args: argparse.Namespace) -> tuple[float, float]
     """
     import torch
 
-    from aiayn.search import greedy_search
+    from aiayn.inference.search import greedy_search
 
     seed = args.seed + 1 + (0 if test == "in" else int(test))  # the same set for every scheme
     data = torch.Generator().manual_seed(seed)
@@ -204,8 +204,8 @@ def run_extrapolation(args: argparse.Namespace) -> None:
 
 def prepare_corpus(directory: Path) -> None:
     """The quickstart's Bible corpus in `directory`, prepared unless it already is."""
+    from aiayn.apps.quickstart import prepared_bible
     from aiayn.data.prepare import BIBLE_VOCAB_SIZE
-    from aiayn.quickstart import prepared_bible
 
     prepared_bible(directory, BIBLE_VOCAB_SIZE, print)
 

@@ -5,7 +5,7 @@
 RUN is a trained run (the quickstart's `RUN/run`, or any `aiayn train --run`), with
 `aiayn heads RUN` already run (its `heads/heads.json` gives the importance order).
 For each kind of attention (encoder self-, decoder self-, encoder-decoder) on its
-own, the given fractions of that kind's heads are removed (`aiayn.pruning`, never a
+own, the given fractions of that kind's heads are removed (`aiayn.analysis.pruning`, never a
 sub-layer's last head), in increasing order of importance and in a random order
 (`--seeds` of them), and the pruned model translates the run's test split (beam 4,
 alpha 0.6, as the quickstart scores it). Reported: sacreBLEU, and decoding speed
@@ -37,7 +37,7 @@ TITLES = {
 
 def test_pairs(run: Path, limit: int | None) -> list[tuple[str, str]]:
     from aiayn.data.corpus import PreparedCorpus
-    from aiayn.recipe import load_recipe
+    from aiayn.training.recipe import load_recipe
 
     pairs = PreparedCorpus.load(load_recipe(run / "config.yaml").corpus).read("test")
     return pairs[:limit] if limit else pairs
@@ -45,8 +45,8 @@ def test_pairs(run: Path, limit: int | None) -> list[tuple[str, str]]:
 
 def score(model, tokenizer, pairs, beam: int) -> tuple[float, float]:
     """(BLEU, target tokens per second) of `model` translating `pairs`."""
-    from aiayn.evaluate import score as bleu
-    from aiayn.translate import Translator
+    from aiayn.apps.translate import Translator
+    from aiayn.training.evaluate import score as bleu
 
     translator = Translator(model, tokenizer)
     start = time.perf_counter()
@@ -68,8 +68,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
 
-    from aiayn.pruning import heads_by_fraction, prune_heads, random_heads, read_head_scores
-    from aiayn.translate import Translator
+    from aiayn.analysis.pruning import (
+        heads_by_fraction,
+        prune_heads,
+        random_heads,
+        read_head_scores,
+    )
+    from aiayn.apps.translate import Translator
 
     torch.set_num_threads(args.threads)
     base = Translator.load(args.run)

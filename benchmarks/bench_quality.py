@@ -36,14 +36,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
 
-import aiayn.inference
+import aiayn.inference.frozen
 import common
-from aiayn import shortlist as shortlists
-from aiayn.checkpoint import load_model, resolve_weights
+from aiayn.apps.translate import Translator
 from aiayn.data.corpus import PreparedCorpus
 from aiayn.data.tokenizer import TOKENIZER_FILE, SentencePieceTokenizer
-from aiayn.evaluate import score
-from aiayn.translate import Translator
+from aiayn.inference import shortlist as shortlists
+from aiayn.io.checkpoint import load_model, resolve_weights
+from aiayn.training.evaluate import score
 
 # name -> (dtype, with the shortlist, every layer product in int8, the output in int8,
 # activations quantized per token)
@@ -63,12 +63,12 @@ SETTINGS = {
 def every_product_int8() -> Iterator[None]:
     """`freeze` quantizes every product while this lasts, the output projection included
     (a benchmark-only setting: the library keeps small products and the output in fp32)."""
-    saved = aiayn.inference.INT8_MIN_ELEMENTS
-    aiayn.inference.INT8_MIN_ELEMENTS = 0
+    saved = aiayn.inference.frozen.INT8_MIN_ELEMENTS
+    aiayn.inference.frozen.INT8_MIN_ELEMENTS = 0
     try:
         yield
     finally:
-        aiayn.inference.INT8_MIN_ELEMENTS = saved
+        aiayn.inference.frozen.INT8_MIN_ELEMENTS = saved
 
 
 def translator(weights: Path, tokenizer: SentencePieceTokenizer, setting: str, shortlist):
@@ -78,7 +78,7 @@ def translator(weights: Path, tokenizer: SentencePieceTokenizer, setting: str, s
     with every_product_int8() if every else contextlib.nullcontext():
         made = Translator(model, tokenizer, "cpu", dtype, shortlist=chosen)
         if int8_output or not per_token:  # settings Translator does not take
-            made.engine = aiayn.inference.freeze(
+            made.engine = aiayn.inference.frozen.freeze(
                 made.model, torch.int8, int8_output=int8_output, int8_per_token=per_token
             )
     return made
@@ -160,7 +160,7 @@ def main() -> None:
                 "mean_candidates": round(statistics.mean(candidates), 1),
                 "vocab_size": shortlist.vocab_size,
             },
-            "int8_min_elements": aiayn.inference.INT8_MIN_ELEMENTS,
+            "int8_min_elements": aiayn.inference.frozen.INT8_MIN_ELEMENTS,
             "results": rows,
         },
     )

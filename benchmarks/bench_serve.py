@@ -43,7 +43,7 @@ def test_sentences(run: Path) -> list[str]:
     """Source sentences of the test split of the corpus named by RUN/config.yaml."""
     from aiayn.data.corpus import PreparedCorpus
     from aiayn.files import read_lines
-    from aiayn.recipe import load_recipe
+    from aiayn.training.recipe import load_recipe
 
     corpus = PreparedCorpus.load(load_recipe(run / "config.yaml").corpus)
     return [line for line in read_lines(corpus.files("test")[0]) if line.strip()]

@@ -33,14 +33,14 @@ from pathlib import Path
 import torch
 import yaml
 
-from aiayn.checkpoint import latest_checkpoint, load_model, load_trainer_state, resolve_weights
 from aiayn.data.corpus import PreparedCorpus
 from aiayn.data.lm import SequenceBatches, pack, read_documents
-from aiayn.distributed import DistEnv
-from aiayn.recipe import recipe_from_dict
-from aiayn.tasks import BleuSet, build_task, evaluate_task
-from aiayn.tasks.lm_translation import greedy_bleu as decoder_only_bleu
-from aiayn.tasks.translation import greedy_bleu as encoder_decoder_bleu
+from aiayn.io.checkpoint import latest_checkpoint, load_model, load_trainer_state, resolve_weights
+from aiayn.training.distributed import DistEnv
+from aiayn.training.recipe import recipe_from_dict
+from aiayn.training.tasks import BleuSet, build_task, evaluate_task
+from aiayn.training.tasks.lm_translation import greedy_bleu as decoder_only_bleu
+from aiayn.training.tasks.translation import greedy_bleu as encoder_decoder_bleu
 from common import table, write_json
 
 NO_AUTOCAST = contextlib.nullcontext

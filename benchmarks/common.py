@@ -217,7 +217,7 @@ def without_unsupported_bf16(
     """`systems` less its bf16 ones where `device` has no native bf16 (said on stderr)."""
     import torch
 
-    from aiayn.precision import has_native_bf16
+    from aiayn.training.precision import has_native_bf16
 
     if has_native_bf16(torch.device(device)) or not set(systems) & set(bf16_systems):
         return systems

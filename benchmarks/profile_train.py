@@ -3,7 +3,7 @@
     PYTHONPATH=src nice -n 10 python benchmarks/profile_train.py [--corpus /tmp/bible]
 
 Builds the quickstart's training exactly as `aiayn train` does (the recipe
-`bible-en-es-cpu`, its model, batches, optimizer and schedule: `aiayn.train.Trainer`),
+`bible-en-es-cpu`, its model, batches, optimizer and schedule: `aiayn.training.trainer.Trainer`),
 makes `--warmup` updates, times `--steps` updates without the profiler (ms per step,
 tokens/s, achieved GFLOP/s), then runs `--steps` more under `torch.profiler` on the
 CPU and splits their time by op kind:
@@ -23,8 +23,8 @@ CPU and splits their time by op kind:
 
 Each op's self time counts once, in the first kind above its name or its caller
 matches. The shares come from the profiled steps; the ms per step of each kind is its
-share of the unprofiled step time. FLOPs per step are `aiayn.budget`'s formula on the
-batches the timed steps read; the peak is `aiayn.budget.measure_matmul_peak` (fp32, and
+share of the unprofiled step time. FLOPs per step are `aiayn.training.budget`'s formula on the
+batches the timed steps read; the peak is `aiayn.training.budget.measure_matmul_peak` (fp32, and
 bf16 where the CPU multiplies it natively) on the same threads. Writes
 benchmarks/results/train-profile.json (`--name`); `report.py` renders `train-profile`.
 """
@@ -45,18 +45,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-import aiayn.tasks.translation as translation
+import aiayn.training.tasks.translation as translation
 import common
-from aiayn.budget import peaks_reached, training_matmul_flops
 from aiayn.configs import recipes_dir
 from aiayn.data.corpus import PreparedCorpus
-from aiayn.distributed import DistEnv
 from aiayn.models import build_model
-from aiayn.recipe import load_recipe
-from aiayn.tasks import build_task
-from aiayn.train import Trainer
+from aiayn.training.budget import peaks_reached, training_matmul_flops
+from aiayn.training.distributed import DistEnv
+from aiayn.training.recipe import load_recipe
+from aiayn.training.tasks import build_task
+from aiayn.training.trainer import Trainer
 
-DATA, LOSS = "aiayn.data", "aiayn.loss"  # the ranges this script marks
+DATA, LOSS = "aiayn.data", "aiayn.training.loss"  # the ranges this script marks
 MATMUL = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addmv", "_addmm_activation"}
 # (kind, does an event's own name or a caller's name put it there?) in priority order.
 KINDS = [

@@ -883,7 +883,7 @@ QuickstartKey = tuple[str, str, float, str, str, tuple[str, ...]]
 def quickstart_groups() -> dict[QuickstartKey, list[tuple[str, dict[str, Any]]]]:
     """The recorded quickstart runs by (recipe, recipe version, minutes, device kind,
     machine, overrides), as (name, data). The version is the recipe file's digest
-    (`aiayn.quickstart.recipe_digest`), "" where a run did not record one."""
+    (`aiayn.apps.quickstart.recipe_digest`), "" where a run did not record one."""
     groups: dict[QuickstartKey, list[tuple[str, dict[str, Any]]]] = {}
     for path in sorted(RESULTS.glob(f"{QUICKSTART_PREFIX}*.json")):
         data = load(path.stem)
@@ -906,7 +906,7 @@ def quickstart_groups() -> dict[QuickstartKey, list[tuple[str, dict[str, Any]]]]
 
 
 def packaged_digest(name: str) -> str | None:
-    """The packaged recipe NAME's version now, as `aiayn.quickstart.recipe_digest` writes
+    """The packaged recipe NAME's version now, as `aiayn.apps.quickstart.recipe_digest` writes
     it (the first 12 hex digits of the file's SHA-256); None if no such recipe is packaged."""
     path = ROOT / "src" / "aiayn" / "configs" / name
     return hashlib.sha256(path.read_bytes()).hexdigest()[:12] if path.is_file() else None
@@ -1010,7 +1010,7 @@ def train_profile(name: str = "train-profile") -> str:
         f"{number(data['tgt_tokens_per_step'])} target tokens a step: "
         f"{number(data['tgt_tokens_per_s'])} target tok/s, "
         f"{number(data['achieved_gflops'])} GFLOP/s of matrix products "
-        f"({number(data['matmul_flops_per_step'] / 1e9)} GFLOP a step, `aiayn.budget`): {peaks}."
+        f"({number(data['matmul_flops_per_step'] / 1e9)} GFLOP a step, `aiayn.training.budget`): {peaks}."
     )
     return text + "\n\n" + source(name, data)
 

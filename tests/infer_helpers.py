@@ -12,8 +12,8 @@ from pathlib import Path
 import torch
 
 from aiayn import ModelConfig, Transformer
-from aiayn.checkpoint import TOKENIZER_FILE, save_model
 from aiayn.data.tokenizer import train_tokenizer
+from aiayn.io.checkpoint import TOKENIZER_FILE, save_model
 
 # As main's tests/conftest.py does (this branch predates it): one thread, since the
 # machines running the tests are shared and two threads there can be far slower.

@@ -14,9 +14,9 @@ import json
 import os
 import signal
 
-from aiayn import distributed
 from aiayn.cli import app
-from aiayn.train import Trainer
+from aiayn.training import distributed
+from aiayn.training.trainer import Trainer
 
 
 def record(**event: object) -> None:

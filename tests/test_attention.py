@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from aiayn.attention import KVCache, LayerKV, MultiHeadAttention, attend
-from aiayn.masks import causal_mask, key_mask, padding_mask
+from aiayn.nn.attention import KVCache, LayerKV, MultiHeadAttention, attend
+from aiayn.nn.masks import causal_mask, key_mask, padding_mask
 
 
 def reference_attention(q, k, v, mask=None):

@@ -10,11 +10,11 @@ from pathlib import Path
 import torch
 
 from aiayn import ModelConfig, Transformer
-from aiayn.checkpoint import latest_checkpoint, load_model
 from aiayn.config import Precision, TrainConfig
 from aiayn.data.batching import TokenBatcher
-from aiayn.tasks import TranslationTask
-from aiayn.train import Trainer
+from aiayn.io.checkpoint import latest_checkpoint, load_model
+from aiayn.training.tasks import TranslationTask
+from aiayn.training.trainer import Trainer
 from train_helpers import copy_pairs
 
 STEPS = 30

@@ -1,4 +1,4 @@
-"""aiayn.budget: the FLOPs formula against torch's FlopCounterMode, the replay of the
+"""aiayn.training.budget: the FLOPs formula against torch's FlopCounterMode, the replay of the
 batches a run read, and the matmul peak timing."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from aiayn import ModelConfig, Transformer
-from aiayn.budget import (
+from aiayn.data.batching import TokenBatcher
+from aiayn.training.budget import (
     TrainedWork,
     batches_work,
     forward_matmul_flops,
@@ -19,7 +20,6 @@ from aiayn.budget import (
     trained_work,
     training_matmul_flops,
 )
-from aiayn.data.batching import TokenBatcher
 from train_helpers import copy_pairs
 
 
@@ -110,8 +110,8 @@ def test_matmul_peak_records_what_it_timed():
 
 
 def test_peaks_reached_measure_fp32_and_native_bf16():
-    from aiayn.budget import peaks_reached
-    from aiayn.precision import has_native_bf16
+    from aiayn.training.budget import peaks_reached
+    from aiayn.training.precision import has_native_bf16
 
     peaks = peaks_reached(10.0)
     expected = {"float32", "bfloat16"} if has_native_bf16(torch.device("cpu")) else {"float32"}

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 
 import aiayn
 from aiayn import ModelConfig, Transformer
-from aiayn.checkpoint import (
+from aiayn.io.checkpoint import (
     average_checkpoints,
     average_last,
     latest_checkpoint,
@@ -32,7 +32,7 @@ def test_kill_while_writing_leaves_the_previous_checkpoint_loadable(tmp_path):
         f"""
         import os, signal, torch
         from aiayn import ModelConfig, Transformer
-        from aiayn import checkpoint
+        from aiayn.io import checkpoint
         model = Transformer(ModelConfig.tiny(vocab_size=20, d_model=16, n_heads=2, d_ff=32, n_layers=1))
         checkpoint.save_checkpoint({str(tmp_path)!r}, 1, model, {{"step": 1}})
         def dying_save(obj, file):  # save_checkpoint hands torch.save an open file

@@ -52,7 +52,6 @@ def test_table_3_rows_are_keyword_overrides(overrides, expected):
         ({"n_layers": -2}, "n_layers"),
         ({"dropout": 1.0}, "dropout"),
         ({"attention_dropout": -0.1}, "attention_dropout"),
-        ({"positional": "wavelet"}, "positional"),
         ({"activation": "tanh"}, "activation"),
         ({"pad_id": 37000}, "pad_id"),
         ({"pad_id": 2}, "pad_id"),  # equals eos_id
@@ -113,3 +112,20 @@ def test_precision_takes_both_spellings_and_names_its_dtype():
         _ = Precision.AUTO.dtype
     with pytest.raises(ValueError, match="precision"):
         TrainConfig(max_steps=1, precision="float64")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "setting", "registered"),
+    [
+        ({"positional": "wavelet"}, "ModelConfig.positional", "sinusoidal"),
+        ({"attention": "wavelet"}, "ModelConfig.attention", "sliding_window"),
+        ({"architecture": "wavelet"}, "ModelConfig.architecture", "decoder_only"),
+    ],
+)
+def test_unknown_plugin_names_are_refused_when_the_model_is_built(overrides, setting, registered):
+    """Plug-in names are the registries' to check, at build time: the config stays below them."""
+    from aiayn.models import build_model
+
+    cfg = ModelConfig.tiny(vocab_size=50, **overrides)  # accepted: the config knows no registry
+    with pytest.raises(ValueError, match=rf"'wavelet' \({setting}\); registered: .*{registered}"):
+        build_model(cfg)

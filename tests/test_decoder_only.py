@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from aiayn import ModelConfig, build_model
-from aiayn.checkpoint import load_model, save_model
 from aiayn.config import Activation
-from aiayn.decoder_only import DecoderOnly
-from aiayn.model import normal_initialisation
-from aiayn.search import beam_search, greedy_search
+from aiayn.inference.search import beam_search, greedy_search
+from aiayn.io.checkpoint import load_model, save_model
+from aiayn.models.decoder_only import DecoderOnly
+from aiayn.models.encoder_decoder import normal_initialisation
 
 VOCAB = 40
 

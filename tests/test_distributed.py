@@ -15,8 +15,8 @@ import torch
 from safetensors.torch import load_file
 
 import aiayn
-from aiayn import distributed
-from aiayn.train import train_from_recipe
+from aiayn.training import distributed
+from aiayn.training.trainer import train_from_recipe
 from train_helpers import RECIPE, make_corpus
 
 # Adam with the paper's eps (1e-9) is almost blind to the scale of the gradient, so a
@@ -27,7 +27,7 @@ SCALE_SENSITIVE = ["train.eps=1.0", "train.lr_scale=20"]
 # Run under torchrun: train_from_recipe with each rank's log lines in its own file.
 PER_RANK_LOGS = """
 import logging, os, sys
-from aiayn.train import train_from_recipe
+from aiayn.training.trainer import train_from_recipe
 recipe, run_dir, *overrides = sys.argv[1:]
 logging.basicConfig(filename=f"{run_dir}.rank{os.environ['RANK']}.log", level=logging.INFO,
                     format="%(message)s")

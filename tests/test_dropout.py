@@ -1,11 +1,11 @@
-"""aiayn.dropout: the CPU mask has the stated drop rate, scaling, gradient and seeding."""
+"""aiayn.nn.dropout: the CPU mask has the stated drop rate, scaling, gradient and seeding."""
 
 import math
 
 import pytest
 import torch
 
-from aiayn.dropout import Dropout, drop_probability, dropout, keep_mask
+from aiayn.nn.dropout import Dropout, drop_probability, dropout, keep_mask
 
 
 def test_drop_probability_is_p_rounded_to_sixteen_bits():

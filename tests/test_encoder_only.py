@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from aiayn import ModelConfig, build_model
-from aiayn.checkpoint import load_model, save_model
 from aiayn.config import Activation
-from aiayn.encoder_only import EncoderOnly
-from aiayn.model import normal_initialisation
+from aiayn.io.checkpoint import load_model, save_model
+from aiayn.models.encoder_decoder import normal_initialisation
+from aiayn.models.encoder_only import EncoderOnly
 
 VOCAB = 40
 PAD = 0

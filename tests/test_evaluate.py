@@ -11,7 +11,7 @@ import sacrebleu
 from typer.testing import CliRunner
 
 from aiayn.cli import app
-from aiayn.evaluate import paper_tokenize, score, tokenized_bleu
+from aiayn.training.evaluate import paper_tokenize, score, tokenized_bleu
 from infer_helpers import make_run, sentences
 
 HYPS = ["The cat sat on the mat.", "A rock-hard problem, solved!", "Nothing here"]

@@ -11,11 +11,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from aiayn.analysis.viz import AttentionKind, translation_attention
+from aiayn.apps.explorer import STATIC_DIR, attention_payload, explorer_html, head_metrics
+from aiayn.apps.translate import Translator
 from aiayn.cli import app
-from aiayn.explorer import STATIC_DIR, attention_payload, explorer_html, head_metrics
-from aiayn.search import DecodeConfig
-from aiayn.translate import Translator
-from aiayn.viz import AttentionKind, translation_attention
+from aiayn.inference.search import DecodeConfig
 from infer_helpers import make_run
 
 SENTENCE = "house by the river."

@@ -17,13 +17,13 @@ import torch
 from typer.testing import CliRunner
 
 from aiayn import ModelConfig
-from aiayn.checkpoint import TOKENIZER_FILE, save_model
+from aiayn.apps.fill import FillError, MaskFiller
+from aiayn.apps.model_use import WrongShapeError
 from aiayn.cli import app
 from aiayn.data.lm import CLS, MASK, SEP
 from aiayn.data.tokenizer import train_tokenizer
-from aiayn.encoder_only import EncoderOnly
-from aiayn.fill import FillError, MaskFiller
-from aiayn.model_use import WrongShapeError
+from aiayn.io.checkpoint import TOKENIZER_FILE, save_model
+from aiayn.models.encoder_only import EncoderOnly
 from infer_helpers import sentences
 
 MAX_LEN = 24

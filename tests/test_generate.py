@@ -15,14 +15,14 @@ import torch
 from typer.testing import CliRunner
 
 from aiayn import ModelConfig
-from aiayn.checkpoint import TOKENIZER_FILE, save_model
+from aiayn.apps.generate import Generator, PromptError
+from aiayn.apps.model_use import WrongShapeError
 from aiayn.cli import app
 from aiayn.data.tokenizer import train_tokenizer
-from aiayn.decoder_only import DecoderOnly
-from aiayn.generate import Generator, PromptError
-from aiayn.inference import FrozenDecoderOnly, freeze
-from aiayn.model_use import WrongShapeError
-from aiayn.search import greedy_pick, greedy_search, sample
+from aiayn.inference.frozen import FrozenDecoderOnly, freeze
+from aiayn.inference.search import greedy_pick, greedy_search, sample
+from aiayn.io.checkpoint import TOKENIZER_FILE, save_model
+from aiayn.models.decoder_only import DecoderOnly
 from infer_helpers import make_run, sentences
 
 MAX_LEN = 24
@@ -100,7 +100,7 @@ def test_generation_stops_where_the_sequence_fills_max_len(
     generator: Generator, caplog: pytest.LogCaptureFixture
 ):
     prompt_ids = generator.encode_prompt("house")[:1] * (MAX_LEN - 3)
-    with caplog.at_level("WARNING", logger="aiayn.generate"):
+    with caplog.at_level("WARNING", logger="aiayn.apps.generate"):
         tokens = list(generator.generate_ids(prompt_ids, 50, greedy_pick))
     # The last token is never fed back: a prompt of T tokens takes max_len - T + 1 more.
     assert len(prompt_ids) + len(tokens) <= MAX_LEN + 1
@@ -339,8 +339,8 @@ def test_a_gpt2_field_the_conversion_does_not_cover_is_refused_in_one_line(
 
 def test_a_translator_refuses_a_decoder_only_model_by_name():
     from aiayn import build_model
-    from aiayn.model_use import WrongShapeError
-    from aiayn.translate import Translator
+    from aiayn.apps.model_use import WrongShapeError
+    from aiayn.apps.translate import Translator
 
     cfg = ModelConfig.tiny(vocab_size=32, architecture="decoder_only")
     with pytest.raises(WrongShapeError, match=r"decoder_only.*aiayn generate"):

@@ -14,13 +14,13 @@ import torch.nn.functional as F
 from typer.testing import CliRunner
 
 from aiayn import ModelConfig, Transformer
-from aiayn.attention import attend
+from aiayn.analysis.heads import head_report, punctuation_ids
+from aiayn.analysis.viz import AttentionKind
 from aiayn.cli import app
 from aiayn.data.batch import Batch
-from aiayn.heads import head_report, punctuation_ids
-from aiayn.model import attention_sublayers
-from aiayn.train import train_from_recipe
-from aiayn.viz import AttentionKind
+from aiayn.models.encoder_decoder import attention_sublayers
+from aiayn.nn.attention import attend
+from aiayn.training.trainer import train_from_recipe
 from infer_helpers import make_run
 from train_helpers import RECIPE, make_corpus
 
@@ -191,7 +191,9 @@ def test_ablation_is_the_nll_increase_with_the_heads_columns_of_w_o_zeroed():
             mha = attention_sublayers(pruned)[name]
             mha.out_proj.weight[:, h.head * mha.d_v : (h.head + 1) * mha.d_v] = 0.0
             expected = nll_sum(pruned, pairs) / tokens - baseline
-            assert h.ablation == pytest.approx(expected, abs=1e-6)  # aiayn.loss sums in float32
+            assert h.ablation == pytest.approx(
+                expected, abs=1e-6
+            )  # aiayn.training.loss sums in float32
     assert all(mha.head_mask is None for mha in attention_sublayers(model).values())
 
 

@@ -16,10 +16,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from aiayn.checkpoint import load_model
-from aiayn.decoder_only import DecoderOnly
-from aiayn.encoder_only import EncoderOnly
-from aiayn.hf_models import (
+from aiayn.inference.search import greedy_search
+from aiayn.io.checkpoint import load_model
+from aiayn.io.hf_models import (
     CONVERTED_FILE,
     HFFormatError,
     convert_bert,
@@ -27,7 +26,8 @@ from aiayn.hf_models import (
     load_bert,
     load_gpt2,
 )
-from aiayn.search import greedy_search
+from aiayn.models.decoder_only import DecoderOnly
+from aiayn.models.encoder_only import EncoderOnly
 
 transformers = pytest.importorskip("transformers")
 

@@ -1,4 +1,4 @@
-"""aiayn.inference: the frozen model computes what the literal one does, faster, and alone."""
+"""aiayn.inference.frozen: the frozen model computes what the literal one does, faster, and alone."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import aiayn.inference
+import aiayn.inference.frozen
 from aiayn import ModelConfig, Transformer, freeze
-from aiayn.attention import LayerKV, MultiHeadAttention
 from aiayn.config import TrainConfig
-from aiayn.inference import FrozenCrossAttention, FrozenLinear, FrozenSelfAttention
-from aiayn.marian import load_marian_model
-from aiayn.masks import key_mask
-from aiayn.optim import build_optimizer
-from aiayn.search import beam_search, greedy_search
+from aiayn.inference.frozen import FrozenCrossAttention, FrozenLinear, FrozenSelfAttention
+from aiayn.inference.search import beam_search, greedy_search
+from aiayn.io.marian import load_marian_model
+from aiayn.nn.attention import LayerKV, MultiHeadAttention
+from aiayn.nn.masks import key_mask
+from aiayn.training.optim import build_optimizer
 from test_marian import SHAPES, build_marian_directory
 
 EOS, PAD = 2, 0
@@ -27,9 +27,9 @@ EOS, PAD = 2, 0
 def path(request, monkeypatch):
     """Run FrozenLinear through each CPU path: oneDNN-packed for every size, or never."""
     if request.param == "packed":
-        if not aiayn.inference._ONEDNN:
+        if not aiayn.inference.frozen._ONEDNN:
             pytest.skip("PyTorch built without oneDNN")
-        monkeypatch.setattr(aiayn.inference, "PACK_MIN_ELEMENTS", 0)
+        monkeypatch.setattr(aiayn.inference.frozen, "PACK_MIN_ELEMENTS", 0)
     return request.param
 
 

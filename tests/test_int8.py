@@ -8,15 +8,16 @@ import torch
 import torch.nn.functional as F
 from typer.testing import CliRunner
 
-import aiayn.inference
+import aiayn.inference.frozen
+import aiayn.io.int8_weights
 from aiayn import freeze
+from aiayn.apps.serve.engine import model_info
+from aiayn.apps.translate import Translator
 from aiayn.cli import app
 from aiayn.config import Precision, TrainConfig
 from aiayn.data.tokenizer import SentencePieceTokenizer
-from aiayn.inference import FrozenLinear, Int8Linear
-from aiayn.search import greedy_search
-from aiayn.serve.engine import model_info
-from aiayn.translate import Translator
+from aiayn.inference.frozen import FrozenLinear, Int8Linear
+from aiayn.inference.search import greedy_search
 from infer_helpers import make_run
 from test_inference import copy_trained_model, sources
 
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.skipif(
 def int8_everywhere(monkeypatch):
     """Quantize every product, however small (the test models are far below the size
     from which freeze quantizes)."""
-    monkeypatch.setattr(aiayn.inference, "INT8_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(aiayn.io.int8_weights, "INT8_MIN_ELEMENTS", 0)
 
 
 def reference_quantized(weight: torch.Tensor) -> torch.Tensor:
@@ -93,9 +94,9 @@ def test_int8_linear_refuses_what_it_cannot_run(monkeypatch):
         Int8Linear(torch.randn(4, 4), None, engine="qnnpack")
     with pytest.raises(ValueError, match="int8 runs on the CPU; this weight is on meta"):
         Int8Linear(torch.randn(4, 4, device="meta"), None)
-    monkeypatch.setattr(aiayn.inference, "_quantized_engines", lambda: ["qnnpack", "onednn"])
+    monkeypatch.setattr(aiayn.inference.frozen, "_quantized_engines", lambda: ["qnnpack", "onednn"])
     assert Int8Linear(torch.randn(4, 4), None).engine == "onednn"  # the one built serves
-    monkeypatch.setattr(aiayn.inference, "_quantized_engines", lambda: ["qnnpack"])
+    monkeypatch.setattr(aiayn.inference.frozen, "_quantized_engines", lambda: ["qnnpack"])
     with pytest.raises(RuntimeError, match=r"fbgemm or onednn quantized engine.*\['qnnpack'\]"):
         Int8Linear(torch.randn(4, 4), None)
 
@@ -187,7 +188,7 @@ def test_int8_products_hold_no_float_weight(int8_everywhere):
 def test_float_frozen_linear_holds_one_layout():
     small = FrozenLinear(torch.randn(8, 16), torch.randn(8))
     assert small.weight_t is not None and small.packed is None and small.weight is None
-    if not aiayn.inference._ONEDNN:
+    if not aiayn.inference.frozen._ONEDNN:
         pytest.skip("PyTorch built without oneDNN")
     weight, bias = torch.randn(512, 512), torch.randn(512)
     large = FrozenLinear(weight, bias)
@@ -207,7 +208,7 @@ def test_int8_is_refused_off_the_cpu_and_in_training(tmp_path):
         freeze(copy_trained_model(), torch.int32)
     run = make_run(tmp_path)
     tokenizer = SentencePieceTokenizer.load(run / "spm.model")
-    from aiayn.checkpoint import load_model, resolve_weights
+    from aiayn.io.checkpoint import load_model, resolve_weights
 
     with pytest.raises(ValueError, match="int8 runs on the CPU, not on cuda"):
         Translator(load_model(resolve_weights(run)), tokenizer, device="cuda", dtype=torch.int8)

@@ -19,19 +19,19 @@ from torch import nn
 
 import aiayn
 from aiayn import ModelConfig
-from aiayn.checkpoint import average_last, latest_checkpoint, load_model, load_trainer_state
 from aiayn.configs import recipes_dir
 from aiayn.data.lm import prepare_lm_text
 from aiayn.data.prepare import PrepareConfig
-from aiayn.decoder_only import DecoderOnly
-from aiayn.encoder_only import EncoderOnly
+from aiayn.inference.search import greedy_search
+from aiayn.io.checkpoint import average_last, latest_checkpoint, load_model, load_trainer_state
 from aiayn.models import build_model
-from aiayn.recipe import load_recipe, recipe_from_dict
-from aiayn.search import greedy_search
-from aiayn.tasks import build_task
-from aiayn.tasks.lm_translation import SeparatedSource
-from aiayn.tasks.mlm import Masking, mask_tokens
-from aiayn.train import train_from_recipe
+from aiayn.models.decoder_only import DecoderOnly
+from aiayn.models.encoder_only import EncoderOnly
+from aiayn.training.recipe import load_recipe, recipe_from_dict
+from aiayn.training.tasks import build_task
+from aiayn.training.tasks.lm_translation import SeparatedSource
+from aiayn.training.tasks.mlm import Masking, mask_tokens
+from aiayn.training.trainer import train_from_recipe
 from train_helpers import EN, RECIPE, make_corpus
 
 PAD, BOS, EOS, CLS, SEP, MASK = 0, 1, 2, 4, 5, 6

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from aiayn.loss import label_smoothed_cross_entropy
+from aiayn.training.loss import label_smoothed_cross_entropy
 
 PAD = 0
 

@@ -9,17 +9,17 @@ import sys
 import pytest
 import torch
 
+from aiayn.analysis.viz import translation_attention
+from aiayn.apps.translate import Translator
 from aiayn.data.tokenizer import Tokenizer, train_tokenizer
-from aiayn.marian import (
+from aiayn.inference.search import EarlyStopping, LengthPenalty, search
+from aiayn.io.marian import (
     MarianFormatError,
     MarianTokenizer,
     load_marian_model,
     marian_generation,
     marian_model_config,
 )
-from aiayn.search import EarlyStopping, LengthPenalty, search
-from aiayn.translate import Translator
-from aiayn.viz import translation_attention
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremoses")
@@ -231,7 +231,7 @@ def test_missing_and_corrupt_directories_give_clear_errors(tmp_path):
 def test_conversion_does_not_import_transformers(marian):
     path, _, _ = marian
     code = (
-        "import sys; from aiayn.marian import load_marian_model, MarianTokenizer; "
+        "import sys; from aiayn.io.marian import load_marian_model, MarianTokenizer; "
         f"load_marian_model({str(path)!r}); MarianTokenizer({str(path)!r}); "
         "assert 'transformers' not in sys.modules, 'transformers was imported'"
     )
@@ -468,7 +468,7 @@ def test_multi_token_bad_words_are_ignored_with_a_warning(marian, tmp_path, capl
     (directory / "generation_config.json").write_text(
         json.dumps({**settings, "bad_words_ids": bad_words})
     )
-    with caplog.at_level(logging.WARNING, logger="aiayn.marian"):
+    with caplog.at_level(logging.WARNING, logger="aiayn.io.marian"):
         generation = marian_generation(directory)
     assert generation.bad_word_ids == tuple(sorted({pad, 5}))  # single tokens banned
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -521,12 +521,16 @@ def test_convert_int8_carries_the_int8_weights_freeze_would_make(marian, tmp_pat
     `freeze(model, torch.int8)` makes from the float weights."""
     from typer.testing import CliRunner
 
-    import aiayn.inference
-    from aiayn.checkpoint import int8_weights
+    import aiayn.inference.frozen
+    import aiayn.io.int8_weights
     from aiayn.cli import app
-    from aiayn.inference import Int8Linear, int8_weight_names
+    from aiayn.inference.frozen import Int8Linear
+    from aiayn.io.checkpoint import int8_weights
+    from aiayn.io.int8_weights import int8_weight_names
 
-    monkeypatch.setattr(aiayn.inference, "INT8_MIN_ELEMENTS", 0)  # quantize the small test model
+    monkeypatch.setattr(
+        aiayn.io.int8_weights, "INT8_MIN_ELEMENTS", 0
+    )  # quantize the small test model
     path, _, _ = marian
     runner = CliRunner()
     for dtype, out in (("float32", tmp_path / "float"), ("int8", tmp_path / "int8")):

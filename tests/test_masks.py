@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from aiayn.masks import causal_mask, key_mask, padding_mask
+from aiayn.nn.masks import causal_mask, key_mask, padding_mask
 
 
 def test_padding_mask_marks_real_tokens():

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from aiayn.metrics import (
+from aiayn.training.metrics import (
     METRICS_FILE,
     MetricsLog,
     Window,

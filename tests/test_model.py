@@ -4,9 +4,9 @@ import pytest
 import torch
 from torch import nn
 
-from aiayn import ModelConfig, Transformer
-from aiayn.layers import EncoderLayer
-from aiayn.model import EncoderOutput
+from aiayn import ModelConfig, Transformer, build_model
+from aiayn.models.encoder_decoder import EncoderOutput
+from aiayn.nn.layers import EncoderLayer
 
 PAD = 0
 
@@ -361,7 +361,7 @@ SCHEMES = ["sinusoidal", "sinusoidal_halves", "learned", "rotary", "relative", "
 
 
 def test_every_registered_scheme_is_covered_here():
-    from aiayn.positions import registered
+    from aiayn.nn.positions import registered
 
     assert sorted(registered()) == sorted(SCHEMES)
 
@@ -431,9 +431,12 @@ def test_a_narrow_window_changes_the_output_and_decodes_with_a_cache():
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-5)
 
 
-def test_sliding_window_refuses_a_bias_scheme():
-    with pytest.raises(ValueError, match="sliding_window"):
-        ModelConfig.tiny(vocab_size=50, attention="sliding_window", positional="alibi")
+@pytest.mark.parametrize("positional", ["alibi", "relative"])
+def test_sliding_window_refuses_a_bias_scheme(positional):
+    """The kernel declares it takes no score bias; the scheme's bias is found by its override."""
+    cfg = ModelConfig.tiny(vocab_size=50, attention="sliding_window", positional=positional)
+    with pytest.raises(ValueError, match=f"positional '{positional}'.*'sliding_window'"):
+        build_model(cfg)
 
 
 @pytest.mark.parametrize(
@@ -441,7 +444,7 @@ def test_sliding_window_refuses_a_bias_scheme():
     [{}, {"positional": "relative"}, {"positional": "rotary", "attention": "sliding_window"}],
 )
 def test_the_training_step_traces_without_graph_breaks(overrides):
-    from aiayn.loss import label_smoothed_cross_entropy
+    from aiayn.training.loss import label_smoothed_cross_entropy
 
     model = Transformer(ModelConfig.tiny(vocab_size=50, **overrides)).train()  # dropout 0.1
     src, tgt_in = source_and_target()

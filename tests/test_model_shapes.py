@@ -12,15 +12,14 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-import aiayn.models
 from aiayn import ModelConfig, build_model
-from aiayn.attention import KVCache, MultiHeadAttention
-from aiayn.checkpoint import load_model, save_model
-from aiayn.layers import DecoderLayer, FeedForward
-from aiayn.model import Embedding, attention_positions
-from aiayn.models import register_model
-from aiayn.positions import build_positions
-from aiayn.search import beam_search, greedy_search
+from aiayn.inference.search import beam_search, greedy_search
+from aiayn.io.checkpoint import load_model, save_model
+from aiayn.models import SHAPES, register_model
+from aiayn.models.encoder_decoder import Embedding, attention_positions
+from aiayn.nn.attention import KVCache, MultiHeadAttention
+from aiayn.nn.layers import DecoderLayer, FeedForward
+from aiayn.nn.positions import build_positions
 
 
 class ToyLanguageModel(nn.Module):
@@ -75,9 +74,10 @@ class LanguageModelDecoding:
 
 
 @pytest.fixture
-def toy_shape(monkeypatch):
-    monkeypatch.setattr(aiayn.models, "_MODELS", dict(aiayn.models._MODELS))
+def toy_shape():
     register_model("toy_decoder_only")(ToyLanguageModel)
+    yield
+    SHAPES.unregister("toy_decoder_only")
 
 
 def config(**overrides) -> ModelConfig:
@@ -129,5 +129,6 @@ def test_a_registered_decoder_only_shape_is_searched_saved_and_loaded(
 
 
 def test_an_unregistered_architecture_is_refused_by_name():
-    with pytest.raises(ValueError, match=r"architecture.*encoder_decoder"):
-        ModelConfig.tiny(vocab_size=20, architecture="decoder_only_gpt")
+    cfg = ModelConfig.tiny(vocab_size=20, architecture="decoder_only_gpt")
+    with pytest.raises(ValueError, match=r"architecture 'decoder_only_gpt'.*encoder_decoder"):
+        build_model(cfg)

@@ -12,7 +12,7 @@ meeting at a c10d rendezvous on 127.0.0.1 (gloo), training the tiny recipe.
   update 5.
 
 Every launch sets TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, as the README's command does:
-without it torchrun's restarts can hang (see `aiayn.distributed`).
+without it torchrun's restarts can hang (see `aiayn.training.distributed`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from aiayn import distributed
+from aiayn.training import distributed
 from train_helpers import RECIPE, make_corpus
 
 TESTS = Path(__file__).resolve().parent
@@ -72,7 +72,7 @@ def launch(
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
         "OMP_NUM_THREADS": "1",
-        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",  # restarts need it: see aiayn.distributed
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",  # restarts need it: see aiayn.training.distributed
         **(extra_env or {}),
     }
     command = [

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from aiayn.config import LRSchedule, TrainConfig
-from aiayn.optim import build_optimizer, build_scheduler, inverse_sqrt_lr, linear_decay_lr
+from aiayn.training.optim import build_optimizer, build_scheduler, inverse_sqrt_lr, linear_decay_lr
 
 
 def formula(step: int, d_model: int, warmup: int) -> float:

@@ -165,18 +165,18 @@ def test_wheel_runs_quickstart_from_another_directory(installed, tmp_path):
 
 def test_train_longer_hint_repeats_the_run_with_twice_the_minutes(monkeypatch, tmp_path):
     """The hint the quickstart prints, parsed by the CLI, asks for the same run, longer."""
-    import aiayn.quickstart
+    import aiayn.apps.quickstart
 
-    asked: list[aiayn.quickstart.QuickstartConfig] = []
+    asked: list[aiayn.apps.quickstart.QuickstartConfig] = []
     monkeypatch.setattr(
-        aiayn.quickstart, "run_quickstart", lambda config, echo: asked.append(config)
+        aiayn.apps.quickstart, "run_quickstart", lambda config, echo: asked.append(config)
     )
     recipe = tmp_path / "my recipe.yaml"
     args = ["quickstart", "--out", str(tmp_path / "qs"), "--minutes", "1.5", "--device", "cpu",
             "--recipe", str(recipe), "--set", "model.d_model=64", "--set", "train.seed=3",
             "--vocab-size", "1000"]  # fmt: skip
     assert CliRunner().invoke(app, args).exit_code == 0
-    hint = aiayn.quickstart.train_longer_command(asked[0])
+    hint = aiayn.apps.quickstart.train_longer_command(asked[0])
     command = shlex.split(hint)
     assert command[0] == "aiayn"
     assert CliRunner().invoke(app, command[1:]).exit_code == 0

@@ -1,4 +1,4 @@
-"""Position schemes (aiayn.positions), each against an independent reference: the formula
+"""Position schemes (aiayn.nn.positions), each against an independent reference: the formula
 written out by hand, T5's bucket rule re-implemented from its description, ALiBi's slopes
 listed by hand, and RoPE as complex multiplication on the paper's interleaved pairs."""
 
@@ -7,19 +7,27 @@ from __future__ import annotations
 import ast
 import cmath
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
 
-from aiayn.positions import PositionScheme, base, build_positions, register, registered
-from aiayn.positions.alibi import ALiBiPositions, alibi_slopes
-from aiayn.positions.learned import LearnedPositions
-from aiayn.positions.none import NoPositions
-from aiayn.positions.relative import RelativePositionBias, relative_position_bucket
-from aiayn.positions.rotary import RotaryPositions
-from aiayn.positions.sinusoidal import SinusoidalPositions, sinusoidal_table
+from aiayn.nn.positions import (
+    POSITIONS,
+    PositionScheme,
+    base,
+    build_positions,
+    register,
+    registered,
+)
+from aiayn.nn.positions.alibi import ALiBiPositions, alibi_slopes
+from aiayn.nn.positions.learned import LearnedPositions
+from aiayn.nn.positions.none import NoPositions
+from aiayn.nn.positions.relative import RelativePositionBias, relative_position_bucket
+from aiayn.nn.positions.rotary import RotaryPositions
+from aiayn.nn.positions.sinusoidal import SinusoidalPositions, sinusoidal_table
 
 BUILT_IN = ("alibi", "learned", "none", "relative", "rotary", "sinusoidal", "sinusoidal_halves")
 
@@ -37,9 +45,12 @@ class Sizes:
 
 
 @pytest.fixture
-def scratch_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+def scratch_registry() -> Iterator[None]:
     """Registrations made in the test vanish after it."""
-    monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))
+    before = set(POSITIONS.names())
+    yield
+    for name in set(POSITIONS.names()) - before:
+        POSITIONS.unregister(name)
 
 
 # ----- registry ------------------------------------------------------------------------
@@ -88,9 +99,9 @@ def test_a_factory_that_returns_no_scheme_is_refused(scratch_registry):
 
 
 def test_schemes_do_not_import_config_or_model_at_run_time():
-    # aiayn.config imports aiayn.positions to validate `positional`: a run-time import
+    # aiayn.config imports aiayn.nn.positions to validate `positional`: a run-time import
     # back would be a cycle. Imports under `if TYPE_CHECKING:` are for annotations only.
-    forbidden = ("aiayn.config", "aiayn.model", "aiayn.attention")
+    forbidden = ("aiayn.config", "aiayn.models.encoder_decoder", "aiayn.nn.attention")
 
     def runtime_imports(node: ast.AST) -> list[str]:
         if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
@@ -373,7 +384,7 @@ def test_readme_example_scheme_trains_decodes_with_a_cache_and_freezes(scratch_r
 
     readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
     (code,) = re.findall(
-        r"```python\n(# src/aiayn/positions/previous_token.py\n.*?)```", readme, re.S
+        r"```python\n(# src/aiayn/nn/positions/previous_token.py\n.*?)```", readme, re.S
     )
     exec(compile(code, "README.md", "exec"), {})  # registers "previous_token"
     model = Transformer(ModelConfig.tiny(vocab_size=30, positional="previous_token")).eval()

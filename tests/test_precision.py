@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from aiayn.config import Precision
-from aiayn.precision import autocast, grad_scaler, training_precision
+from aiayn.training.precision import autocast, grad_scaler, training_precision
 
 CPU = torch.device("cpu")
 

@@ -12,18 +12,18 @@ import torch
 from typer.testing import CliRunner
 
 from aiayn import ModelConfig, Transformer
-from aiayn.checkpoint import load_model, read_config, save_model
-from aiayn.cli import app
-from aiayn.inference import freeze
-from aiayn.model import attention_sublayers
-from aiayn.pruning import (
+from aiayn.analysis.pruning import (
     heads_by_fraction,
     kv_heads_read,
     prune_heads,
     random_heads,
     read_head_scores,
 )
-from aiayn.search import beam_search, greedy_search
+from aiayn.cli import app
+from aiayn.inference.frozen import freeze
+from aiayn.inference.search import beam_search, greedy_search
+from aiayn.io.checkpoint import load_model, read_config, save_model
+from aiayn.models.encoder_decoder import attention_sublayers
 from infer_helpers import make_run
 
 D_MODEL, HEAD_SIZE, VOCAB = 32, 8, 40  # 4 heads of 8

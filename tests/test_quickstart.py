@@ -11,10 +11,10 @@ import sacrebleu
 import torch
 from typer.testing import CliRunner
 
+from aiayn.apps.quickstart import QuickstartConfig, default_recipe, evenly_spaced, recipes_dir
 from aiayn.cli import app
 from aiayn.data.corpus import PreparedCorpus
 from aiayn.files import read_lines
-from aiayn.quickstart import QuickstartConfig, default_recipe, evenly_spaced, recipes_dir
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,8 +127,8 @@ def test_quickstart_tiny_end_to_end_and_resume(tmp_path):
     assert len(read_lines(tmp_path / "ev" / "hypotheses.txt")) == 296
 
     # What decodes is the inference transform of the Bible-trained model: same outputs.
-    from aiayn.search import DecodeConfig, search
-    from aiayn.translate import Translator
+    from aiayn.apps.translate import Translator
+    from aiayn.inference.search import DecodeConfig, search
 
     translator = Translator.load(out / "run")
     sources = [s for s, _ in PreparedCorpus.load(out / "data").read("test")[:24]]

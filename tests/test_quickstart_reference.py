@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from aiayn.quickstart import reference_file
+from aiayn.apps.quickstart import reference_file
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,22 +73,22 @@ def test_table_and_reference_give_median_and_range_over_seeds(report, tmp_path):
 
 
 def test_the_reference_line_reads_what_report_writes(report, tmp_path, monkeypatch):
-    import aiayn.quickstart
+    import aiayn.apps.quickstart
 
     for seed, bleu in ((0, 20.5), (1, 24.25), (2, 19.0)):
         write(tmp_path, f"quickstart-seed{seed}-15min", run_results(seed, bleu, 40.0))
     packaged = tmp_path / "reference.json"
     packaged.write_text(report.reference_text(), encoding="utf-8")
-    monkeypatch.setattr(aiayn.quickstart, "reference_file", lambda: packaged)
-    line = aiayn.quickstart.reference_line("bible-en-es-cpu.yaml", 15, "cpu")
+    monkeypatch.setattr(aiayn.apps.quickstart, "reference_file", lambda: packaged)
+    line = aiayn.apps.quickstart.reference_line("bible-en-es-cpu.yaml", 15, "cpu")
     assert line == (
         "reference on Xeon, 2 cores: median 20.50 BLEU (range 19.00-24.25) over 3 seeds, 15 minutes"
     )
 
 
 def test_runs_of_another_version_of_the_recipe_are_kept_apart(report, tmp_path, monkeypatch):
-    import aiayn.quickstart
-    from aiayn.quickstart import recipe_digest
+    import aiayn.apps.quickstart
+    from aiayn.apps.quickstart import recipe_digest
 
     recipe = tmp_path / "bible-en-es-cpu.yaml"
     recipe.write_text("train: {warmup: 400}\n", encoding="utf-8")
@@ -110,8 +110,8 @@ def test_runs_of_another_version_of_the_recipe_are_kept_apart(report, tmp_path, 
     assert [row.split(" | ")[1] for row in rows] == [f"`{new[:8]}` (current)", f"`{old[:8]}`"]
     packaged = tmp_path / "reference.json"
     packaged.write_text(report.reference_text(), encoding="utf-8")
-    monkeypatch.setattr(aiayn.quickstart, "reference_file", lambda: packaged)
-    line = aiayn.quickstart.reference_line(recipe, 15, "cpu")
+    monkeypatch.setattr(aiayn.apps.quickstart, "reference_file", lambda: packaged)
+    line = aiayn.apps.quickstart.reference_line(recipe, 15, "cpu")
     assert "median 25.00 BLEU" in line and "over 1 seed" in line  # the old version's runs left out
 
 
@@ -179,7 +179,7 @@ def test_profile_kinds_by_name_then_by_caller():
     assert kind_of(Event("aten::_scaled_dot_product_flash_attention_for_cpu", step)) == (
         "attention (SDPA)"
     )
-    loss = Event("aiayn.loss", step)
+    loss = Event("aiayn.training.loss", step)
     assert kind_of(Event("aten::mul", loss)) == "softmax + loss"
     assert kind_of(Event("aten::_log_softmax_backward_data", step)) == "softmax + loss"
     assert kind_of(Event("aten::add_", Event("Optimizer.step#AdamW.step", step))) == "optimizer"

@@ -10,10 +10,10 @@ import pytest
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-import aiayn.quickstart
+import aiayn.apps.quickstart
+from aiayn.apps.quickstart import QuickstartConfig, reference_line
 from aiayn.cli import app
 from aiayn.data.batching import TokenBatcher
-from aiayn.quickstart import QuickstartConfig, reference_line
 from train_helpers import RECIPE, make_corpus
 
 runner = CliRunner()
@@ -84,7 +84,7 @@ def test_the_budget_counts_the_batches_the_run_read(runs):
     assert budget["batches"] == 6  # accumulation 1: one batch per step
     # The tokens of the run's first six batches, counted on the batches themselves.
     from aiayn.data.corpus import PreparedCorpus
-    from aiayn.tasks.translation import encode_pairs
+    from aiayn.training.tasks.translation import encode_pairs
 
     corpus = PreparedCorpus.load(out / "data")
     tokenizer = corpus.tokenizer()
@@ -132,7 +132,7 @@ def test_seed_and_a_seed_override_are_refused_together():
 
 def test_reference_line_from_the_packaged_file(monkeypatch, tmp_path):
     path = tmp_path / "quickstart-reference.json"
-    monkeypatch.setattr(aiayn.quickstart, "reference_file", lambda: path)
+    monkeypatch.setattr(aiayn.apps.quickstart, "reference_file", lambda: path)
     assert reference_line("x/bible-en-es-cpu.yaml", 15, "cpu") == (
         "reference: none recorded yet for bible-en-es-cpu.yaml at 15 minutes on cpu"
     )
@@ -163,7 +163,7 @@ def test_the_train_longer_hint_keeps_the_seed(monkeypatch, tmp_path):
 
     asked: list[QuickstartConfig] = []
     monkeypatch.setattr(
-        aiayn.quickstart, "run_quickstart", lambda config, echo: asked.append(config)
+        aiayn.apps.quickstart, "run_quickstart", lambda config, echo: asked.append(config)
     )
     args = [
         "quickstart",
@@ -178,6 +178,6 @@ def test_the_train_longer_hint_keeps_the_seed(monkeypatch, tmp_path):
     ]
     assert runner.invoke(app, args).exit_code == 0
     assert asked[0].seed == 7
-    hint = shlex.split(aiayn.quickstart.train_longer_command(asked[0]))
+    hint = shlex.split(aiayn.apps.quickstart.train_longer_command(asked[0]))
     assert runner.invoke(app, hint[1:]).exit_code == 0
     assert asked[1] == QuickstartConfig(**{**vars(asked[0]), "minutes": 4.0})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from aiayn.recipe import CONFIG_FILE, check_same_run, recipe_from_dict
+from aiayn.training.recipe import CONFIG_FILE, check_same_run, recipe_from_dict
 
 VALUES = {"data": {"corpus": "/c"}, "model": {"preset": "tiny"}, "train": {"max_steps": 1}}
 
@@ -15,9 +15,25 @@ def test_the_task_defaults_to_translation_and_must_be_registered():
     assert recipe.task == "translation" and recipe.to_dict()["data"]["task"] == "translation"
     assert recipe_from_dict(VALUES, ["data.task=translation"]).task == "translation"
     assert recipe_from_dict(VALUES, ["data.task=lm"]).task == "lm"
-    known = "translation, lm, mlm, lm_translation"
+    known = "lm, lm_translation, mlm, translation"
     with pytest.raises(ValueError, match=rf"data\.task must be one of {known}, got 'gan'"):
         recipe_from_dict(VALUES, ["data.task=gan"])
+
+
+@pytest.mark.parametrize(
+    ("model", "task"),
+    [
+        ({"preset": "gpt"}, "lm"),
+        ({"preset": "bert"}, "mlm"),
+        ({"preset": "tiny", "architecture": "decoder_only"}, "lm"),
+        ({"preset": "tiny"}, "translation"),
+    ],
+)
+def test_without_a_task_the_recipe_takes_its_model_shapes(model, task):
+    """The default task is the shape spec's (`ShapeSpec.task`), read from the preset's
+    architecture when the model section names none."""
+    values = {**VALUES, "data": {"corpus": VALUES["data"]["corpus"]}, "model": model}
+    assert recipe_from_dict(values).task == task
 
 
 def test_a_run_without_the_task_key_resumes_as_translation(tmp_path):

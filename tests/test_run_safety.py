@@ -17,8 +17,6 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from aiayn import checkpoint
-from aiayn.checkpoint import latest_checkpoint, load_model, load_trainer_state, step_checkpoints
 from aiayn.cli import app
 from aiayn.files import (
     LockHeld,
@@ -28,7 +26,9 @@ from aiayn.files import (
     system_error,
     write_dir_atomic,
 )
-from aiayn.train import train_from_recipe
+from aiayn.io import checkpoint
+from aiayn.io.checkpoint import latest_checkpoint, load_model, load_trainer_state, step_checkpoints
+from aiayn.training.trainer import train_from_recipe
 from train_helpers import RECIPE, make_corpus
 
 runner = CliRunner()

@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch import Tensor
 
-import aiayn.search
+import aiayn.inference.search
 from aiayn import ModelConfig, Transformer
-from aiayn.search import (
+from aiayn.inference.search import (
     DecodeConfig,
     EarlyStopping,
     LengthPenalty,
@@ -390,6 +390,6 @@ def test_beam_search_over_a_large_vocabulary_takes_the_chunked_path_unchanged(mo
         calls.append(scores.shape)
         return scores.topk(n, dim=1)
 
-    monkeypatch.setattr(aiayn.search, "top_candidates", plain_topk)
+    monkeypatch.setattr(aiayn.inference.search, "top_candidates", plain_topk)
     assert beam_search(model, src, beam=4, extra_len=5) == fast
     assert calls and calls[0][1] == 4 * 8000  # the chunked path was the one replaced

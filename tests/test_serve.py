@@ -1,4 +1,4 @@
-"""aiayn.serve: the batcher against a recording fake, then the HTTP API on a tiny model."""
+"""aiayn.apps.serve: the batcher against a recording fake, then the HTTP API on a tiny model."""
 
 from __future__ import annotations
 
@@ -12,10 +12,9 @@ import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-import aiayn.serve.engine
-from aiayn.cli import app as cli
-from aiayn.serve import ServeConfig, create_app
-from aiayn.serve.batcher import (
+import aiayn.apps.serve.engine
+from aiayn.apps.serve import ServeConfig, create_app
+from aiayn.apps.serve.batcher import (
     Batcher,
     BatchLimits,
     DeadlineExceeded,
@@ -23,8 +22,9 @@ from aiayn.serve.batcher import (
     Sentence,
     Stopped,
 )
-from aiayn.serve.engine import Options, TranslationEngine
-from aiayn.translate import Translator
+from aiayn.apps.serve.engine import Options, TranslationEngine
+from aiayn.apps.translate import Translator
+from aiayn.cli import app as cli
 from infer_helpers import make_run, sentences
 
 FAR = 1e9  # a deadline that never passes
@@ -288,7 +288,7 @@ def test_metrics_count_requests_batches_and_latency(client: TestClient) -> None:
 
 
 def test_attention_returns_the_explorers_payload(client: TestClient) -> None:
-    pytest.importorskip("aiayn.explorer")
+    pytest.importorskip("aiayn.apps.explorer")
     reply = client.post("/v1/translate", json={"text": "house tree.", "attention": True})
     assert reply.status_code == 200
     item = reply.json()["translations"][0]
@@ -298,10 +298,10 @@ def test_attention_returns_the_explorers_payload(client: TestClient) -> None:
 def test_attention_without_the_explorer_is_501(
     translator: Translator, run: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(aiayn.serve.engine, "attention_payload_function", lambda: None)
+    monkeypatch.setattr(aiayn.apps.serve.engine, "attention_payload_function", lambda: None)
     with TestClient(create_app(translator, ServeConfig(), run)) as client:
         reply = client.post("/v1/translate", json={"text": "house.", "attention": True})
-        assert reply.status_code == 501 and "aiayn.explorer" in reply.json()["error"]
+        assert reply.status_code == 501 and "aiayn.apps.explorer" in reply.json()["error"]
         assert client.post("/v1/translate", json={"text": "house."}).status_code == 200
 
 

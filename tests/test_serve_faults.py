@@ -19,8 +19,8 @@ import httpx
 import pytest
 import uvicorn
 
-from aiayn.serve import ServeConfig, create_app
-from aiayn.translate import Translator
+from aiayn.apps.serve import ServeConfig, create_app
+from aiayn.apps.translate import Translator
 from infer_helpers import make_run, sentences
 
 

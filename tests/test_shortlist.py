@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from aiayn import ModelConfig, Transformer
-from aiayn.inference import freeze
-from aiayn.search import TokenRules, beam_search, greedy_search, next_log_probs
-from aiayn.shortlist import (
+from aiayn.inference.frozen import freeze
+from aiayn.inference.search import TokenRules, beam_search, greedy_search, next_log_probs
+from aiayn.inference.shortlist import (
     Shortlist,
     Shortlisted,
     ShortlistedDecoding,
@@ -216,7 +216,7 @@ def test_forced_eos_and_forced_tokens_survive():
 
 
 def test_translator_takes_a_shortlist_file(tmp_path):
-    from aiayn.translate import Translator
+    from aiayn.apps.translate import Translator
     from infer_helpers import make_run, sentences
 
     run = make_run(tmp_path / "run")
@@ -281,7 +281,7 @@ def test_cli_builds_a_marian_shortlist_with_the_target_model(tmp_path):
     from typer.testing import CliRunner
 
     from aiayn.cli import app
-    from aiayn.marian import MarianTokenizer
+    from aiayn.io.marian import MarianTokenizer
 
     model_dir = tmp_path / "opus"
     model_dir.mkdir()

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import aiayn
-from aiayn.checkpoint import latest_checkpoint, load_model, load_trainer_state, step_checkpoints
+from aiayn.io.checkpoint import latest_checkpoint, load_model, load_trainer_state, step_checkpoints
 from train_helpers import RECIPE, make_corpus
 
 # No step or timed checkpoints of its own: a checkpoint after the signal is the signal's.

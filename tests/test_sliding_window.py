@@ -5,8 +5,8 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
-from aiayn import sliding_window
-from aiayn.sliding_window import band_mask, sliding_window_attention
+from aiayn.nn.kernels import sliding_window
+from aiayn.nn.kernels.sliding_window import band_mask, sliding_window_attention
 
 # (T, S, window): lengths that are and are not multiples of the window, windows
 # smaller than, equal to and larger than the length, and T < S (cached decoding).

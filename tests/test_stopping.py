@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from aiayn.config import TrainConfig
-from aiayn.stopping import SAVE, StopPolicy, StopSignals, fraction_done
-from aiayn.train_state import TrainState
+from aiayn.training.state import TrainState
+from aiayn.training.stopping import SAVE, StopPolicy, StopSignals, fraction_done
 
 CPU = torch.device("cpu")
 

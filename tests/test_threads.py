@@ -1,11 +1,11 @@
-"""aiayn.threads: the same outputs, the thread count restored."""
+"""aiayn.inference.threads: the same outputs, the thread count restored."""
 
 import pytest
 import torch
 
 from aiayn import ModelConfig, Transformer
-from aiayn.search import beam_search, greedy_search
-from aiayn.threads import StepThreads, intra_op_threads
+from aiayn.inference.search import beam_search, greedy_search
+from aiayn.inference.threads import StepThreads, intra_op_threads
 
 
 def test_step_threads_change_no_output_and_restore_the_thread_count():

@@ -17,15 +17,15 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from aiayn import ModelConfig, Transformer
-from aiayn.checkpoint import latest_checkpoint, load_trainer_state
 from aiayn.cli import app
 from aiayn.config import TrainConfig
 from aiayn.data.batch import Batch
 from aiayn.data.batching import TokenBatcher
-from aiayn.recipe import load_recipe
-from aiayn.search import greedy_search
-from aiayn.tasks import TranslationTask
-from aiayn.train import Trainer, train_from_recipe
+from aiayn.inference.search import greedy_search
+from aiayn.io.checkpoint import latest_checkpoint, load_trainer_state
+from aiayn.training.recipe import load_recipe
+from aiayn.training.tasks import TranslationTask
+from aiayn.training.trainer import Trainer, train_from_recipe
 from train_helpers import RECIPE, copy_pairs, make_corpus
 
 
@@ -310,9 +310,9 @@ def test_shipped_recipes_load(name):
 
 
 def test_auto_precision_follows_the_cpu(monkeypatch):
-    import aiayn.precision
+    import aiayn.training.precision
     from aiayn.config import Precision
-    from aiayn.precision import resolve_precision
+    from aiayn.training.precision import resolve_precision
 
     cpu = torch.device("cpu")
     # native bf16 alone is not enough: the timed products must say bf16 is faster
@@ -325,7 +325,9 @@ def test_auto_precision_follows_the_cpu(monkeypatch):
     ):
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda v=amx: v)
         monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=avx512_bf16: v)
-        monkeypatch.setattr(aiayn.precision, "bf16_matmul_speedup", lambda threads, v=speedup: v)
+        monkeypatch.setattr(
+            aiayn.training.precision, "bf16_matmul_speedup", lambda threads, v=speedup: v
+        )
         assert resolve_precision(Precision.AUTO, cpu) is expected
     for fixed in (Precision.FP32, Precision.BF16, Precision.FP16):
         assert resolve_precision(fixed, cpu) is fixed
@@ -333,13 +335,13 @@ def test_auto_precision_follows_the_cpu(monkeypatch):
 
 def test_bf16_speedup_is_the_ratio_of_the_timed_products(monkeypatch):
     """fp32 time over bf16 time, each the best of its timed calls (a fake clock)."""
-    import aiayn.precision
+    import aiayn.training.precision
 
-    aiayn.precision.bf16_matmul_speedup.cache_clear()
+    aiayn.training.precision.bf16_matmul_speedup.cache_clear()
     ticks = iter([0.0, 4.0] * 5 + [10.0, 12.0] * 5)  # fp32 calls take 4 s, bf16's 2 s
     monkeypatch.setattr(time, "perf_counter", lambda: next(ticks))
-    monkeypatch.setattr(aiayn.precision, "SPEEDUP_SIZE", 4)
+    monkeypatch.setattr(aiayn.training.precision, "SPEEDUP_SIZE", 4)
     try:
-        assert aiayn.precision.bf16_matmul_speedup(-1) == pytest.approx(2.0)
+        assert aiayn.training.precision.bf16_matmul_speedup(-1) == pytest.approx(2.0)
     finally:
-        aiayn.precision.bf16_matmul_speedup.cache_clear()
+        aiayn.training.precision.bf16_matmul_speedup.cache_clear()

@@ -9,8 +9,8 @@ import numpy as np
 import torch
 
 from aiayn.config import TrainConfig
-from aiayn.distributed import DistEnv
-from aiayn.train_state import (
+from aiayn.training.distributed import DistEnv
+from aiayn.training.state import (
     TrainState,
     restore_trainer_state,
     rng_state,

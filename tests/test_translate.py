@@ -10,11 +10,11 @@ import torch
 from typer.testing import CliRunner
 
 from aiayn import ModelConfig, Transformer
-from aiayn.checkpoint import save_model
+from aiayn.apps.translate import Translator
 from aiayn.cli import app
 from aiayn.data.tokenizer import train_tokenizer
-from aiayn.search import DecodeConfig, length_penalty, search
-from aiayn.translate import Translator
+from aiayn.inference.search import DecodeConfig, length_penalty, search
+from aiayn.io.checkpoint import save_model
 from infer_helpers import make_run, sentences
 
 
@@ -56,7 +56,7 @@ def test_too_long_sentence_is_truncated_with_a_warning(
     translator: Translator, caplog: pytest.LogCaptureFixture
 ) -> None:
     long = " ".join(["bridge water summer night"] * 40)
-    with caplog.at_level(logging.WARNING, logger="aiayn.translate"):
+    with caplog.at_level(logging.WARNING, logger="aiayn.apps.translate"):
         (out,) = translator.translate([long], beam=1)
     assert isinstance(out, str)
     assert "sentence 1" in caplog.text and "max_len=32" in caplog.text

@@ -9,9 +9,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from aiayn.analysis.viz import AttentionKind, plot_attention, translation_attention
+from aiayn.apps.translate import Translator
 from aiayn.cli import app
-from aiayn.translate import Translator
-from aiayn.viz import AttentionKind, plot_attention, translation_attention
 from infer_helpers import make_run
 
 

@@ -13,7 +13,10 @@ import torch
 from typer.testing import CliRunner
 
 from aiayn import ModelConfig, Transformer
-from aiayn.checkpoint import (
+from aiayn.apps.translate import Translator
+from aiayn.cli import app
+from aiayn.data.tokenizer import SentencePieceTokenizer
+from aiayn.io.checkpoint import (
     AVERAGED_FILE,
     average_last,
     averaged_steps,
@@ -21,9 +24,6 @@ from aiayn.checkpoint import (
     save_best,
     save_checkpoint,
 )
-from aiayn.cli import app
-from aiayn.data.tokenizer import SentencePieceTokenizer
-from aiayn.translate import Translator
 from train_helpers import make_corpus
 
 
@@ -76,7 +76,7 @@ def test_the_preference_order_average_when_current_then_best_then_latest(spm, tm
     assert loaded_marker(run) == 1.5  # a current average before best
 
     save_checkpoint(run, 3, marked_model(spm, 3.0), {"step": 3})  # training went on
-    with caplog.at_level(logging.WARNING, logger="aiayn.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="aiayn.io.checkpoint"):
         assert loaded_marker(run) == 10.0  # the stale average is passed over...
     assert "average-last-2 is older than the newest checkpoint (step 3)" in caplog.text
     assert f"re-average with: aiayn average {run} --last 2" in caplog.text  # ...aloud
@@ -86,7 +86,7 @@ def test_the_preference_order_average_when_current_then_best_then_latest(spm, tm
 
     average_last(run, 2)
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="aiayn.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="aiayn.io.checkpoint"):
         assert loaded_marker(run) == 2.5  # re-averaged: current again, no warning
     assert caplog.text == ""
     average_last(run, 3)

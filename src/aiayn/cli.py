@@ -313,7 +313,7 @@ def train(
 
     from aiayn.configs import find_recipe
     from aiayn.files import check_output
-    from aiayn.train import train_from_recipe
+    from aiayn.training.trainer import train_from_recipe
 
     config = find_recipe(config)
     handler = logging.StreamHandler()
@@ -347,7 +347,7 @@ def average(
     last: Annotated[int, typer.Option("--last", help="Average this many latest checkpoints.")] = 5,
 ) -> None:
     """Average the last K step checkpoints (section 6) into RUN/checkpoints/average-last-K."""
-    from aiayn.checkpoint import average_last, averaged_steps
+    from aiayn.io.checkpoint import average_last, averaged_steps
 
     try:
         path = average_last(run, last)
@@ -392,8 +392,8 @@ def _load_translator(
     precision: Precision | None = None,
     shortlist: Path | None = None,
 ):
-    from aiayn.model_use import ENCODER_DECODER, check_run_shape
-    from aiayn.translate import Translator
+    from aiayn.apps.model_use import ENCODER_DECODER, check_run_shape
+    from aiayn.apps.translate import Translator
 
     _check_device(device)
     weights = check_run_shape(run, ENCODER_DECODER)  # a GPT or BERT run is refused by name
@@ -547,7 +547,7 @@ def translate(
 def _split_files(run: Path, split: str) -> tuple[Path, Path]:
     """(source, reference) files of `split` in the corpus named by RUN/config.yaml."""
     from aiayn.data.corpus import PreparedCorpus
-    from aiayn.recipe import load_recipe
+    from aiayn.training.recipe import load_recipe
 
     recipe = run / "config.yaml"
     if not recipe.is_file():
@@ -587,8 +587,8 @@ def evaluate(
 
     Search settings not given are the model's, as in `aiayn translate`.
     """
-    from aiayn import evaluate as scoring
     from aiayn.files import check_output, read_lines
+    from aiayn.training import evaluate as scoring
 
     _warnings_to_stderr()
     try:
@@ -638,10 +638,10 @@ def attention(
     A decoder-only (GPT) or encoder-only (BERT) run draws its one self-attention over
     SENTENCE itself: decoder.png or encoder.png.
     """
+    from aiayn.analysis.viz import plot_translation_attention
+    from aiayn.apps.model_use import ENCODER_DECODER
     from aiayn.files import check_output
-    from aiayn.model_use import ENCODER_DECODER
-    from aiayn.search import DecodeConfig
-    from aiayn.viz import plot_translation_attention
+    from aiayn.inference.search import DecodeConfig
 
     _warnings_to_stderr()
     try:
@@ -666,7 +666,7 @@ def attention(
         decode = DecodeConfig(beam=beam, alpha=alpha)
         translator = _load_translator(run, device, tokenizer)
         if html is not None:
-            from aiayn.explorer import attention_payload, write_explorer_html
+            from aiayn.apps.explorer import attention_payload, write_explorer_html
 
             payload = {"run": str(run), **attention_payload(translator, sentence, decode)}
             paths = {"html": write_explorer_html(payload, html)}
@@ -695,9 +695,9 @@ def heads(
     device: DeviceOpt = "cpu",
 ) -> None:
     """What each head does: entropy, confidence, positions, importance; JSON, PNG, markdown."""
+    from aiayn.analysis.heads import HEADS_FILE, head_report, write_head_report
     from aiayn.data.corpus import read_parallel
     from aiayn.files import check_output
-    from aiayn.heads import HEADS_FILE, head_report, write_head_report
 
     _warnings_to_stderr()
     try:
@@ -723,7 +723,7 @@ def heads(
 
 def _architecture(run: Path) -> str:
     """The model shape of the weights a run (or checkpoint) resolves to."""
-    from aiayn.checkpoint import read_config, resolve_weights
+    from aiayn.io.checkpoint import read_config, resolve_weights
 
     return read_config(resolve_weights(run)).architecture
 
@@ -740,8 +740,8 @@ def _one_stack_attention(
     """`aiayn attention` for a decoder-only or encoder-only run: its self-attention PNG."""
     import torch
 
-    from aiayn.model_use import DECODER_ONLY
-    from aiayn.viz import plot_self_attention
+    from aiayn.analysis.viz import plot_self_attention
+    from aiayn.apps.model_use import DECODER_ONLY
 
     _check_device(device)
     if not sentence.strip():
@@ -770,9 +770,9 @@ def _load_lm(run: Path, device: str, command: str, precision: Precision = Precis
             "translate, evaluate and serve"
         )
     if command == "generate":
-        from aiayn.generate import Generator as User
+        from aiayn.apps.generate import Generator as User
     else:
-        from aiayn.fill import MaskFiller as User
+        from aiayn.apps.fill import MaskFiller as User
     if (run / "config.json").is_file() and not (run / "checkpoints").is_dir():
         return User.from_hf(run, device=device, dtype=precision.dtype)  # as transformers saved it
     return User.load(run, device=device, dtype=precision.dtype)
@@ -909,12 +909,12 @@ def prune(
     """Remove attention heads for good: a smaller model, written as a run OUT to translate.
 
     A key/value head goes too when no kept query head reads it. At least one head
-    of each sub-layer remains. See `aiayn.pruning`.
+    of each sub-layer remains. See `aiayn.analysis.pruning`.
     """
-    from aiayn import pruning
-    from aiayn.checkpoint import load_model, resolve_weights
-    from aiayn.heads import HEADS_FILE
-    from aiayn.model import attention_sublayers
+    from aiayn.analysis import pruning
+    from aiayn.analysis.heads import HEADS_FILE
+    from aiayn.io.checkpoint import load_model, resolve_weights
+    from aiayn.models.encoder_decoder import attention_sublayers
 
     _warnings_to_stderr()
     try:
@@ -997,11 +997,11 @@ def shortlist_build_command(
     """
     import logging
 
+    from aiayn.apps.translate import find_tokenizer
     from aiayn.data.tokenizer import SentencePieceTokenizer
     from aiayn.files import check_output
-    from aiayn.marian import MarianTokenizer
-    from aiayn.shortlist import build_from_files
-    from aiayn.translate import find_tokenizer
+    from aiayn.inference.shortlist import build_from_files
+    from aiayn.io.marian import MarianTokenizer
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
@@ -1050,7 +1050,7 @@ def convert_marian_command(
     Nothing is downloaded and transformers is not needed.
     """
     from aiayn.files import check_output
-    from aiayn.marian import convert_marian
+    from aiayn.io.marian import convert_marian
 
     _warnings_to_stderr()
     try:
@@ -1065,8 +1065,8 @@ def convert_marian_command(
 
 def _convert_hf(model_type: str, path: Path, out: Path, usage: str) -> None:
     """`aiayn convert gpt2 / bert`: the conversion, or its error in one line."""
-    from aiayn import hf_models
     from aiayn.files import check_output
+    from aiayn.io import hf_models
 
     _warnings_to_stderr()
     try:
@@ -1141,8 +1141,8 @@ def serve(
     POST /v1/translate, GET /health /ready /info /metrics; the API's documentation is
     at /docs. SIGTERM finishes the requests in flight, then exits.
     """
-    from aiayn.serve import ServeConfig, create_app, run_server
-    from aiayn.translate import Translator
+    from aiayn.apps.serve import ServeConfig, create_app, run_server
+    from aiayn.apps.translate import Translator
 
     _warnings_to_stderr()
     try:
@@ -1213,10 +1213,10 @@ def quickstart(
     ] = None,
 ) -> None:
     """The demo: prepare the Bible (English -> Spanish), train, evaluate, translate, plot."""
+    from aiayn.apps.quickstart import QuickstartConfig, default_device, run_quickstart
     from aiayn.data.bible import SwordModuleMissing
     from aiayn.files import check_output
-    from aiayn.quickstart import QuickstartConfig, default_device, run_quickstart
-    from aiayn.search import DecodeConfig
+    from aiayn.inference.search import DecodeConfig
 
     _warnings_to_stderr()
     try:

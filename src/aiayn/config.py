@@ -14,8 +14,8 @@ row (D) `ModelConfig.base(v, dropout=0.2)`, row (E) `ModelConfig.base(v,
 positional="learned")`. The two descendants built from the same blocks have
 presets too, overridden the same way:
 
-    ModelConfig.gpt(vocab_size=50257)     # GPT-2 small, decoder-only (aiayn.decoder_only)
-    ModelConfig.bert(vocab_size=30522)    # BERT-base, encoder-only (aiayn.encoder_only)
+    ModelConfig.gpt(vocab_size=50257)     # GPT-2 small, decoder-only (aiayn.models.decoder_only)
+    ModelConfig.bert(vocab_size=30522)    # BERT-base, encoder-only (aiayn.models.encoder_only)
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import dataclasses
 import functools
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -33,7 +34,8 @@ if TYPE_CHECKING:
 
 
 class AttentionKernel(str, Enum):
-    """How each self-attention computes softmax(Q K^T / sqrt(d_k)) V (see `aiayn.attention`)."""
+    """The names of the attention kernels aiayn ships (`ModelConfig.attention` takes the name
+    of any registered kernel: `aiayn.nn.kernels`)."""
 
     SDPA = "sdpa"  # PyTorch's fused scaled_dot_product_attention; weights only when asked
     EXPLICIT = "explicit"  # the formula written out; always computes the weights
@@ -208,10 +210,14 @@ class ModelConfig:
         dropout: P_drop on every sub-layer output and on embeddings + positions.
         attention_dropout: dropout on attention weights (not in the paper: 0).
         activation: the FFN non-linearity (the paper: ReLU).
-        positional: a registered position scheme (`aiayn.positions`): sinusoidal
+        positional: a registered position scheme (`aiayn.nn.positions`, checked when
+            the model is built): sinusoidal
             (the paper), sinusoidal_halves (Marian's layout), learned (Table 3 E),
             rotary, relative (T5's bias), alibi or none.
-        attention: the self-attention kernel: sdpa, explicit or sliding_window.
+        attention: the self-attention kernel, by its registered name (`aiayn.nn.kernels`):
+            sdpa, explicit, sliding_window, or a plug-in's. Checked when the model is built.
+        attention_options: the kernel's own settings, a mapping (stored as sorted
+            (name, value) pairs); the kernel declares which names it takes.
         attention_window: sliding_window only: keys within this many positions.
         global_tokens: sliding_window only: the first this many positions attend
             and are attended everywhere.
@@ -219,7 +225,7 @@ class ModelConfig:
             encoder_decoder (the paper), decoder_only (GPT: its layers are
             `n_decoder_layers`) or encoder_only (BERT: `n_encoder_layers`). A shape
             ignores the other stack's layer count.
-        kept_heads: the attention sub-layers whose heads were pruned (`aiayn.pruning`),
+        kept_heads: the attention sub-layers whose heads were pruned (`aiayn.analysis.pruning`),
             each as (name, kv_of_head): "encoder.2.self", "decoder.0.self" or
             "decoder.0.cross", and for each query head kept, the key/value head it
             reads. Other sub-layers have `n_heads` heads.
@@ -259,7 +265,8 @@ class ModelConfig:
     attention_dropout: float = 0.0
     activation: Activation = Activation.RELU
     positional: str = "sinusoidal"
-    attention: AttentionKernel = AttentionKernel.SDPA
+    attention: str = AttentionKernel.SDPA.value
+    attention_options: tuple[tuple[str, Any], ...] = ()
     attention_window: int = 256
     global_tokens: int = 0
     max_len: int = 1024
@@ -279,6 +286,8 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         set_field = object.__setattr__  # frozen: derived defaults are filled in once, here
+        if isinstance(self.attention_options, Mapping):
+            set_field(self, "attention_options", tuple(self.attention_options.items()))
         check_field_types(self)
         for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len"):
             _positive(name, getattr(self, name))
@@ -295,20 +304,13 @@ class ModelConfig:
             raise ValueError(
                 f"ModelConfig.layer_norm_eps must be positive, got {self.layer_norm_eps}"
             )
-        self._check_registered()
-        attention = enum_member(AttentionKernel, self.attention, "ModelConfig.attention")
-        set_field(self, "attention", attention)
+        # Plug-in names (attention, positional, architecture) are checked when the model is
+        # built, by the registries of the layers that own them.
+        set_field(self, "attention", str(getattr(self.attention, "value", self.attention)))
+        set_field(self, "attention_options", self._checked_options())
         _positive("attention_window", self.attention_window)
         if self.global_tokens < 0:
             raise ValueError(f"ModelConfig.global_tokens must be >= 0, got {self.global_tokens}")
-        if self.attention is AttentionKernel.SLIDING_WINDOW and self.positional in (
-            "relative",
-            "alibi",
-        ):
-            raise ValueError(
-                f"ModelConfig.positional {self.positional!r} adds a bias to every score, which "
-                "attention 'sliding_window' does not take; use rotary, sinusoidal, learned or none"
-            )
         activation = enum_member(Activation, self.activation, "ModelConfig.activation")
         set_field(self, "activation", activation)
 
@@ -376,20 +378,19 @@ class ModelConfig:
         """The kept heads' key/value heads of a pruned sub-layer, or None if it has them all."""
         return dict(self.kept_heads).get(sublayer)
 
-    def _check_registered(self) -> None:
-        """`positional` and `architecture` must name registered plug-ins."""
-        from aiayn.models import registered_models
-        from aiayn.positions import registered
-
-        for name, choices in (
-            ("positional", registered()),
-            ("architecture", registered_models()),
-        ):
-            value = getattr(self, name)
-            if value not in choices:
+    def _checked_options(self) -> tuple[tuple[str, Any], ...]:
+        """`attention_options` as sorted (name, value) pairs (JSON gives lists)."""
+        pairs = []
+        for entry in self.attention_options:
+            if len(entry) != 2 or not isinstance(entry[0], str):
                 raise ValueError(
-                    f"ModelConfig.{name} must be one of {', '.join(choices)}, got {value!r}"
+                    f"ModelConfig.attention_options must map option names to values, got {entry!r}"
                 )
+            pairs.append((entry[0], entry[1]))
+        names = [name for name, _ in pairs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"ModelConfig.attention_options names an option twice: {names}")
+        return tuple(sorted(pairs))
 
     # ----- presets (Table 3) -------------------------------------------------
 
@@ -500,7 +501,7 @@ class Precision(str, Enum):
     it; the weights stay fp32. Inference (`aiayn translate --dtype`) casts the
     weights themselves to `dtype`. torch's names are accepted too:
     `Precision("bfloat16") is Precision.BF16`. INT8 is inference only (int8
-    products on the CPU, `aiayn.inference.freeze`); training refuses it.
+    products on the CPU, `aiayn.inference.frozen.freeze`); training refuses it.
     """
 
     FP32 = "fp32"  # the CPU default

@@ -300,11 +300,11 @@ def prepare_corpus(
 
 
 def _write_shortlist(out: Path, tokenizer: SentencePieceTokenizer, train: Pairs) -> None:
-    """Write the output shortlist (`aiayn.shortlist`) of the training pairs into `out`.
+    """Write the output shortlist (`aiayn.inference.shortlist`) of the training pairs into `out`.
 
     At most `SHORTLIST_MAX_PAIRS` pairs are counted, evenly spaced over the split.
     """
-    from aiayn.shortlist import SHORTLIST_FILE, build
+    from aiayn.inference.shortlist import SHORTLIST_FILE, build
 
     step = max(1, -(-len(train) // SHORTLIST_MAX_PAIRS))
     sample = train[::step]

@@ -5,7 +5,7 @@ set) knows a tokenizer only through `Tokenizer`. Two classes implement it:
 
     SentencePieceTokenizer   one sentencepiece model shared by source and target
                              (section 5.1), trained by `train_tokenizer`
-    aiayn.marian.MarianTokenizer   a Marian / opus-mt directory's source and target
+    aiayn.io.marian.MarianTokenizer   a Marian / opus-mt directory's source and target
                              sentencepiece models and its vocab.json
 
 `train_tokenizer`'s special ids match `ModelConfig`'s defaults: pad 0, bos 1,

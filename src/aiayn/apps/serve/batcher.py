@@ -1,0 +1,299 @@
+"""Dynamic batching: sentences of concurrent requests merged into batches by one thread.
+
+    batcher = Batcher(run_batch, BatchLimits(queue_size=256, max_tokens=2048))
+    batcher.start()
+    ticket = batcher.submit([Sentence("A house.", ids)], options, deadline)
+    ticket.future.result()            # -> one result per sentence, in order
+    batcher.close()                   # finishes what is queued, then stops
+
+Requests put their sentences in one bounded queue (`QueueFull` when it has no
+room: the caller answers 429). One inference thread owns the model and runs
+`run_batch(options, sentences)`; it is the only caller, so the model, its caches
+and torch's thread count need no lock. The thread builds each batch thus:
+
+    - it waits up to `max_wait` seconds, counted from when the oldest waiting
+      sentence came or the previous batch ended (whichever is later), unless that
+      sentence's group (same options) can fill a batch at once;
+    - it takes the oldest sentence and, from its group, the sentences closest to
+      it in length while the batch stays within `max_tokens` (rows x longest,
+      padding included, as `aiayn.apps.translate` batches) and `max_batch` rows; a
+      sentence longer than `max_tokens` is a batch of its own;
+    - it sorts the batch longest first and runs it.
+
+While a batch runs, new sentences queue up, so under load batches fill by
+themselves. `max_wait` bounds how long the model stays idle while sentences wait
+for company: on a quiet server it is the most a lone sentence waits; under load,
+a longer one lets the clients answered by the last batch join the next one.
+Starting from the oldest sentence keeps the queue first-in first-out across
+groups; choosing its neighbours by length keeps padding small.
+
+A request whose client left (`Ticket.cancel`) or whose deadline passed loses the
+sentences not yet in a batch; a sentence already being decoded finishes, and its
+result is dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class QueueFull(Exception):
+    """The queue has no room for a request's sentences; try again later."""
+
+
+class DeadlineExceeded(Exception):
+    """A request's deadline passed before all its sentences were decoded."""
+
+
+class Stopped(Exception):
+    """The batcher is closing (or closed) and takes no more work."""
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """One sentence to decode: its text and its source ids (their count is its cost)."""
+
+    text: str
+    ids: Sequence[int]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass(frozen=True)
+class BatchLimits:
+    """How the batcher queues and merges.
+
+    Attributes:
+        queue_size: sentences waiting at most (all requests together).
+        max_tokens: source tokens per batch, rows x longest (padding included).
+        max_batch: sentences per batch at most (1 turns batching off).
+        max_wait: seconds the model may stay idle while sentences wait for others.
+    """
+
+    queue_size: int = 256
+    max_tokens: int = 4096
+    max_batch: int = 256
+    max_wait: float = 0.005
+
+    def __post_init__(self) -> None:
+        for name in ("queue_size", "max_tokens", "max_batch"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"BatchLimits.{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_wait < 0:
+            raise ValueError(f"BatchLimits.max_wait must be >= 0 seconds, got {self.max_wait}")
+
+
+class Ticket:
+    """A request in the batcher: `future` gets its list of results, in sentence order.
+
+    The future fails with `DeadlineExceeded` when the deadline passes first, or with
+    what `run_batch` raised for one of its sentences.
+    """
+
+    def __init__(self, size: int, deadline: float) -> None:
+        self.future: Future[list[Any]] = Future()
+        self.deadline = deadline
+        self.results: list[Any] = [None] * size
+        self.remaining = size
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        """Give up: sentences not yet in a batch are dropped, results are discarded."""
+        self.cancelled = True
+
+    @property
+    def live(self) -> bool:
+        return not self.cancelled and not self.future.done()
+
+    def fail(self, err: Exception) -> None:
+        self._settle(self.future.set_exception, err)
+
+    def deliver(self, index: int, result: Any) -> None:
+        """Sentence `index`'s result; the last one completes the future."""
+        self.results[index] = result
+        self.remaining -= 1
+        if self.remaining == 0:
+            self._settle(self.future.set_result, self.results)
+
+    def _settle(self, setter: Callable[[Any], None], value: Any) -> None:
+        # The waiting side may cancel the future (its task was cancelled) at any time.
+        with contextlib.suppress(InvalidStateError):
+            setter(value)
+
+
+@dataclass
+class _Waiting:
+    """A queued sentence: which request and which of its sentences, and when it came."""
+
+    sentence: Sentence
+    options: Hashable
+    ticket: Ticket
+    index: int
+    arrived: float = field(default_factory=time.monotonic)
+
+
+RunBatch = Callable[[Hashable, list[Sentence]], list[Any]]
+
+
+class Batcher:
+    """The bounded queue and the inference thread that empties it in batches.
+
+    Args:
+        run_batch: `run_batch(options, sentences) -> results` (one per sentence, in
+            order); called only from the inference thread.
+        limits: the queue size, token budget, batch size and wait.
+        on_batch: called with each batch's size (for metrics), on the inference thread.
+        on_start: called first thing on the inference thread (e.g. to set torch's
+            thread count there).
+    """
+
+    def __init__(
+        self,
+        run_batch: RunBatch,
+        limits: BatchLimits,
+        on_batch: Callable[[int], None] | None = None,
+        on_start: Callable[[], None] | None = None,
+    ) -> None:
+        self.run_batch, self.limits = run_batch, limits
+        self.on_batch, self.on_start = on_batch, on_start
+        self._waiting: list[_Waiting] = []  # arrival order
+        self._changed = threading.Condition()
+        self._closing = False
+        self._free_since = 0.0  # monotonic time the last batch finished
+        self._thread = threading.Thread(target=self._loop, name="aiayn-inference", daemon=True)
+
+    # ----- request side ----------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive() and not self._closing
+
+    def depth(self) -> int:
+        """Sentences waiting for a batch (those of requests given up excluded)."""
+        with self._changed:
+            return sum(w.ticket.live for w in self._waiting)
+
+    def submit(self, sentences: Sequence[Sentence], options: Hashable, deadline: float) -> Ticket:
+        """Queue a request's sentences, all decoded with `options` (a hashable key).
+
+        Args:
+            sentences: at least one.
+            options: passed to `run_batch`; only sentences with equal options share
+                a batch.
+            deadline: `time.monotonic()` after which the request is given up.
+
+        Sentences submitted before `start` wait for it.
+
+        Raises:
+            QueueFull: if the queue has no room for all of them (none is queued).
+            Stopped: if the batcher is closing.
+        """
+        if not sentences:
+            raise ValueError("submit needs at least one sentence")
+        ticket = Ticket(len(sentences), deadline)
+        with self._changed:
+            if self._closing:
+                raise Stopped("the server is shutting down")
+            room = self.limits.queue_size - len(self._waiting)
+            if len(sentences) > room:
+                raise QueueFull(
+                    f"the queue holds {len(self._waiting)} of {self.limits.queue_size} "
+                    f"sentences; this request has {len(sentences)}"
+                )
+            now = time.monotonic()
+            self._waiting += [_Waiting(s, options, ticket, i, now) for i, s in enumerate(sentences)]
+            self._changed.notify()
+        return ticket
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop taking work, decode everything queued, then stop the thread."""
+        with self._changed:
+            self._closing = True
+            self._changed.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    # ----- inference thread ---------------------------------------------------------
+
+    def _loop(self) -> None:
+        if self.on_start is not None:
+            self.on_start()
+        while True:
+            with self._changed:
+                batch = self._next_batch()
+            if batch is None:
+                return
+            if batch:
+                self._run(batch)
+                self._free_since = time.monotonic()
+
+    def _next_batch(self) -> list[_Waiting] | None:
+        """Wait for and take the next batch ([] if all it found was dropped work);
+        None once closing with nothing left. Called holding the lock."""
+        while True:
+            self._drop_dead()
+            if not self._waiting:
+                if self._closing:
+                    return None
+                self._changed.wait()
+                continue
+            oldest = self._waiting[0]
+            batch = self._around(oldest)
+            full = len(batch) < sum(w.options == oldest.options for w in self._waiting)
+            due = max(oldest.arrived, self._free_since) + self.limits.max_wait
+            wait = due - time.monotonic()
+            if full or self._closing or len(batch) == self.limits.max_batch or wait <= 0:
+                taken = {id(w) for w in batch}
+                self._waiting = [w for w in self._waiting if id(w) not in taken]
+                return sorted(batch, key=lambda w: -len(w.sentence))
+            self._changed.wait(timeout=wait)
+
+    def _around(self, oldest: _Waiting) -> list[_Waiting]:
+        """The oldest sentence and, of its group, those nearest it in length that fit."""
+        group = [w for w in self._waiting[1:] if w.options == oldest.options]
+        group.sort(key=lambda w: abs(len(w.sentence) - len(oldest.sentence)))  # stable: FIFO ties
+        batch, width = [oldest], len(oldest.sentence)
+        for w in group:
+            if len(batch) == self.limits.max_batch:
+                break
+            wider = max(width, len(w.sentence))
+            if (len(batch) + 1) * wider <= self.limits.max_tokens:
+                batch.append(w)
+                width = wider
+        return batch
+
+    def _drop_dead(self) -> None:
+        """Remove sentences of cancelled requests, failing those past their deadline."""
+        now = time.monotonic()
+        for w in self._waiting:
+            if w.ticket.live and now > w.ticket.deadline:
+                w.ticket.fail(DeadlineExceeded("the request's deadline passed"))
+        self._waiting = [w for w in self._waiting if w.ticket.live]
+
+    def _run(self, batch: list[_Waiting]) -> None:
+        if self.on_batch is not None:
+            self.on_batch(len(batch))
+        try:
+            results = self.run_batch(batch[0].options, [w.sentence for w in batch])
+        except Exception as err:  # one bad batch fails its requests, not the server
+            log.exception("a batch of %d sentences failed", len(batch))
+            for w in batch:
+                if w.ticket.live:
+                    w.ticket.fail(err)
+            return
+        for w, result in zip(batch, results, strict=True):
+            if w.ticket.live:
+                w.ticket.deliver(w.index, result)

@@ -1,0 +1,133 @@
+"""What the inference thread does with a batch, and what the server says about its model.
+
+The batcher (`aiayn.apps.serve.batcher`) knows nothing of models: it hands
+`TranslationEngine.run_batch` a list of sentences that share one `Options`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from aiayn.apps.serve.batcher import Sentence
+from aiayn.apps.translate import Translator
+from aiayn.inference.search import DecodeConfig
+from aiayn.io.checkpoint import find_in_run
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Options:
+    """How a request's sentences are decoded; sentences batch together only when equal."""
+
+    decode: DecodeConfig
+    attention: bool = False
+
+
+def attention_payload_function():
+    """The explorer's `attention_payload`, or None while `aiayn.apps.explorer` is missing."""
+    try:
+        from aiayn.apps.explorer import attention_payload
+    except ImportError as err:
+        log.info("attention maps unavailable: %s", err)
+        return None
+    return attention_payload
+
+
+class TranslationEngine:
+    """A `Translator` behind the batcher: one batched search per batch.
+
+    Args:
+        translator: the model; used only from the inference thread once serving.
+        threads: torch's intra-op threads, set by `start_thread` on that thread.
+        max_tokens: the batch budget (a batch from the batcher fits it, so
+            `Translator.translate_nbest` searches it in one go).
+    """
+
+    def __init__(self, translator: Translator, threads: int, max_tokens: int) -> None:
+        self.translator, self.threads, self.max_tokens = translator, threads, max_tokens
+        self.attention_payload = attention_payload_function()
+
+    def start_thread(self) -> None:
+        torch.set_num_threads(self.threads)
+
+    def run_batch(self, options: Options, sentences: list[Sentence]) -> list[dict[str, Any]]:
+        """{"translation": text} per sentence (and "attention": the explorer's payload)."""
+        texts = [s.text for s in sentences]
+        nbest = self.translator.translate_nbest(texts, options.decode, self.max_tokens)
+        results = [{"translation": c[0].text if c else ""} for c in nbest]
+        if options.attention:
+            if self.attention_payload is None:
+                raise RuntimeError(
+                    "attention maps need aiayn.apps.explorer, which is not installed"
+                )
+            for text, result, candidates in zip(texts, results, nbest, strict=True):
+                best = candidates[0].hypothesis if candidates else None  # drawn, not re-searched
+                result["attention"] = self.attention_payload(
+                    self.translator, text, options.decode, best
+                )
+        return results
+
+
+def model_info(translator: Translator, source: Path) -> dict[str, Any]:
+    """What `GET /info` says: the model, its shape, languages, size, decoding defaults."""
+    cfg = translator.model.cfg
+    shape = {
+        name: getattr(cfg, name)
+        for name in [
+            "vocab_size",
+            "d_model",
+            "n_heads",
+            "n_kv_heads",
+            "d_k",
+            "d_v",
+            "d_ff",
+            "n_encoder_layers",
+            "n_decoder_layers",
+            "max_len",
+            "positional",
+            "norm_first",
+        ]
+        if hasattr(cfg, name)
+    }
+    return {
+        "model": str(source),
+        "shape": _plain(shape),
+        "languages": languages(source),
+        "parameters": translator.model.num_parameters(),
+        "device": str(translator.device),
+        "dtype": str(translator.dtype).removeprefix("torch."),
+        "decoding": _plain(dataclasses.asdict(translator.decode)),
+    }
+
+
+def languages(source: Path) -> dict[str, str] | None:
+    """{"source": "en", "target": "es"} from the run's recipe and corpus, or None
+    where they are not known (a converted Marian model, a lone weights file)."""
+    from aiayn.data.corpus import PreparedCorpus
+    from aiayn.training.recipe import load_recipe
+
+    recipe = source / "config.yaml" if source.is_dir() else find_in_run(source, "config.yaml")
+    if recipe is None or not recipe.is_file():
+        return None
+    try:
+        corpus = PreparedCorpus.load(load_recipe(recipe).corpus)
+    except (FileNotFoundError, ValueError) as err:
+        log.info("languages unknown: %s", err)
+        return None
+    return {"source": corpus.src_lang, "target": corpus.tgt_lang}
+
+
+def _plain(values: dict[str, Any]) -> dict[str, Any]:
+    """Enums by their value, tuples as lists: ready for JSON."""
+    return {
+        k: v.value if isinstance(v, Enum) else list(v) if isinstance(v, tuple) else v
+        for k, v in values.items()
+    }

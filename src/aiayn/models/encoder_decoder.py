@@ -1,0 +1,527 @@
+"""The encoder-decoder Transformer (section 3, figure 1).
+
+Shape legend:
+    B batch, S source length, T target length, D d_model, V vocabulary,
+    H heads. Token ids are int64; masks are bool with True = may attend.
+
+    model = Transformer(ModelConfig.base(vocab_size=37000))
+    logits = model(src_ids, tgt_in_ids)          # (B, T, V)
+
+For search, `encode` runs the encoder once and `decode` runs the decoder on new
+target tokens only, with a `KVCache` holding the keys and values of the prefix;
+`start` wraps both for `aiayn.inference.search` (an `EncoderDecoderDecoding`).
+
+This is the training model, the paper written literally; `aiayn.inference.frozen.freeze`
+turns a trained one into the fast model that decoding runs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from aiayn.config import ModelConfig
+from aiayn.models import register_shape
+from aiayn.nn.attention import KVCache, MultiHeadAttention
+from aiayn.nn.dropout import Dropout
+from aiayn.nn.kernels import build_kernel, check_positions, kernel_class
+from aiayn.nn.kernels.sdpa import SdpaKernel
+from aiayn.nn.layers import DecoderLayer, EncoderLayer, FeedForward
+from aiayn.nn.masks import key_mask, padding_mask
+from aiayn.nn.positions import PositionScheme, build_positions
+
+
+@dataclass
+class EncoderOutput:
+    """The encoder's output and which source positions are real tokens."""
+
+    hidden: Tensor  # (B, S, D)
+    real_tokens: Tensor  # (B, S) bool, False at padding
+
+    def index_select(self, index: Tensor) -> EncoderOutput:
+        """Rows `index` of the batch (beam search: one copy per hypothesis)."""
+        return EncoderOutput(
+            self.hidden.index_select(0, index), self.real_tokens.index_select(0, index)
+        )
+
+
+@dataclass
+class AttentionMaps:
+    """Attention weights of every layer, from the explicit attention path."""
+
+    encoder: list[Tensor]  # per layer (B, H, S, S)
+    decoder: list[Tensor]  # per layer (B, H, T, T), causal
+    cross: list[Tensor]  # per layer (B, H, T, S)
+
+
+class Embedding(nn.Module):
+    """Token embeddings times sqrt(d_model), plus positions, then dropout (sections 3.4, 3.5).
+
+    `positions` is the stack's position scheme; schemes that act inside attention
+    (rotary, relative, ALiBi) add nothing here. BERT adds two things the paper has
+    not: learned token-type (segment) vectors in the sum, and a LayerNorm on the sum
+    before the dropout.
+
+    Args:
+        tokens: the (V, D) token embedding (shared with other stacks when tied).
+        positions: the stack's position scheme.
+        dropout: P_drop on the sum.
+        scale: multiply the token embeddings by sqrt(D).
+        token_types: a (type_vocab_size, D) embedding of token types, or None.
+        norm: a LayerNorm on the sum, or None.
+    """
+
+    def __init__(
+        self,
+        tokens: nn.Embedding,
+        positions: PositionScheme,
+        dropout: float,
+        scale: bool,
+        token_types: nn.Embedding | None = None,
+        norm: nn.LayerNorm | None = None,
+    ):
+        super().__init__()
+        self.tokens = tokens
+        self.positions = positions
+        self.token_types = token_types
+        self.norm = norm
+        self.dropout = Dropout(dropout)
+        self.scale = math.sqrt(tokens.embedding_dim) if scale else 1.0
+
+    def forward(self, ids: Tensor, offset: int = 0, token_types: Tensor | None = None) -> Tensor:
+        """ids: (B, L); token_types: (B, L) or None (type 0 everywhere). Returns (B, L, D)."""
+        x = self.tokens(ids) * self.scale  # (B, L, D)
+        added = self.positions.embeddings(ids.size(1), offset)  # (L, D) or None
+        if added is not None:
+            x = x + added
+        if self.token_types is not None:
+            types = torch.zeros_like(ids) if token_types is None else token_types
+            x = x + self.token_types(types)
+        elif token_types is not None:
+            raise ValueError("token_types given to a model without them (type_vocab_size 0)")
+        if self.norm is not None:
+            x = self.norm(x)
+        return self.dropout(x)
+
+
+def _embedding(cfg: ModelConfig, tokens: nn.Embedding, causal: bool) -> Embedding:
+    """A stack's embedding: its position scheme, and BERT's token types and LayerNorm
+    when the config has them (token types: the encoder's input only)."""
+    token_types = None
+    if cfg.type_vocab_size > 0 and not causal:
+        token_types = nn.Embedding(cfg.type_vocab_size, cfg.d_model)
+    norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.embedding_norm else None
+    positions = build_positions(cfg.positional, cfg, causal=causal)
+    check_positions(cfg, kernel_class(cfg.attention), positions)
+    return Embedding(
+        tokens,
+        positions,
+        cfg.dropout,
+        cfg.scale_embeddings,
+        token_types,
+        norm,
+    )
+
+
+def attention_positions(
+    positions: PositionScheme, q_len: int, k_len: int
+) -> tuple[PositionScheme | None, Tensor | None]:
+    """What a stack's self-attention takes of its positions: a rotary scheme and a bias.
+
+    The bias, (H, T, S), is computed once per forward pass and shared by every
+    layer (as T5 does); the queries are the last `q_len` of `k_len` positions.
+    """
+    rotary = positions if positions.rotary else None
+    return rotary, positions.attention_bias(q_len, k_len)
+
+
+def _attention(cfg: ModelConfig, name: str) -> MultiHeadAttention:
+    """The attention sub-layer `name` ("encoder.0.self", "decoder.3.cross"...), pruned or not."""
+    # encoder-decoder attention reads all of the source: the dense kernel
+    kernel = SdpaKernel() if name.endswith(".cross") else build_kernel(cfg)
+    kept = cfg.heads_of(name)
+    return MultiHeadAttention(
+        d_model=cfg.d_model,
+        n_heads=cfg.n_heads if kept is None else len(kept),
+        n_kv_heads=cfg.n_kv_heads if kept is None else max(kept) + 1,
+        d_k=cfg.d_k,
+        d_v=cfg.d_v,
+        dropout=cfg.attention_dropout,
+        kernel=kernel,
+        kv_of_head=kept,
+    )
+
+
+def attention_sublayers(model: nn.Module) -> dict[str, MultiHeadAttention]:
+    """Every attention sub-layer of an encoder-decoder by name, in model order:
+    "encoder.I.self", then "decoder.I.self" and "decoder.I.cross" per decoder layer."""
+    found = {}
+    for stack in ("encoder", "decoder"):
+        for i, layer in enumerate(getattr(model, stack).layers):
+            found[f"{stack}.{i}.self"] = layer.self_attn
+            if getattr(layer, "cross_attn", None) is not None:
+                found[f"{stack}.{i}.cross"] = layer.cross_attn
+    return found
+
+
+def _feed_forward(cfg: ModelConfig) -> FeedForward:
+    return FeedForward(cfg.d_model, cfg.d_ff, cfg.activation)
+
+
+def _final_norm(cfg: ModelConfig) -> nn.Module:
+    # Pre-norm leaves the residual stream un-normalised, so each stack ends with a
+    # LayerNorm; post-norm already normalises after every sub-layer and has none.
+    if cfg.norm_first:
+        return nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+    return nn.Identity()
+
+
+class Encoder(nn.Module):
+    """N identical layers of self-attention and feed-forward over the embedded source."""
+
+    def __init__(self, cfg: ModelConfig, tokens: nn.Embedding) -> None:
+        super().__init__()
+        self.embedding = _embedding(cfg, tokens, causal=False)
+        self.layers = nn.ModuleList(
+            EncoderLayer(
+                _attention(cfg, f"encoder.{i}.self"),
+                _feed_forward(cfg),
+                cfg.d_model,
+                cfg.dropout,
+                cfg.norm_first,
+                cfg.layer_norm_eps,
+            )
+            for i in range(cfg.n_encoder_layers)
+        )
+        self.final_norm = _final_norm(cfg)
+
+    def forward(
+        self,
+        src: Tensor,
+        mask: Tensor | None,
+        need_weights: bool = False,
+        token_types: Tensor | None = None,
+    ) -> tuple[Tensor, list[Tensor]]:
+        """src: (B, S) ids; mask: bool (B, 1, 1, S) or None; token_types: (B, S) or None.
+        Returns (B, S, D), per-layer weights."""
+        x = self.embedding(src, token_types=token_types)
+        rotary, bias = attention_positions(self.embedding.positions, src.size(1), src.size(1))
+        all_weights = []
+        for layer in self.layers:
+            x, weights = layer(x, mask, need_weights, rotary, bias)
+            if weights is not None:
+                all_weights.append(weights)
+        return self.final_norm(x), all_weights
+
+
+class Decoder(nn.Module):
+    """N identical layers of causal self-attention, encoder-decoder attention and feed-forward.
+
+    Without `cross_attention` it is GPT's stack: causal self-attention and
+    feed-forward only, over one token stream (`aiayn.models.decoder_only`).
+    """
+
+    def __init__(self, cfg: ModelConfig, tokens: nn.Embedding, cross_attention: bool = True):
+        super().__init__()
+        self.embedding = _embedding(cfg, tokens, causal=True)
+        self.layers = nn.ModuleList(
+            DecoderLayer(
+                _attention(cfg, f"decoder.{i}.self"),
+                _attention(cfg, f"decoder.{i}.cross") if cross_attention else None,
+                _feed_forward(cfg),
+                cfg.d_model,
+                cfg.dropout,
+                cfg.norm_first,
+                cfg.layer_norm_eps,
+            )
+            for i in range(cfg.n_decoder_layers)
+        )
+        self.final_norm = _final_norm(cfg)
+
+    def forward(
+        self,
+        tgt: Tensor,
+        memory: Tensor | None,
+        memory_mask: Tensor | None,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+        """Decode target ids (only the new ones when a cache holds the prefix).
+
+        Args:
+            tgt: (B, T) ids.
+            memory: (B, S, D) encoder output (None without cross-attention).
+            memory_mask: bool (B, 1, 1, S), True at real source tokens, or None.
+            cache: the key/value stores, filled and extended in place.
+            need_weights: also return the attention weights.
+
+        Returns:
+            (B, T, D) states, per-layer self-attention and cross-attention weights
+            (the latter empty without cross-attention).
+        """
+        offset = 0 if cache is None else cache.length
+        x = self.embedding(tgt, offset)
+        t_len = tgt.size(1)
+        rotary, bias = attention_positions(self.embedding.positions, t_len, offset + t_len)
+        self_maps, cross_maps = [], []
+        for i, layer in enumerate(self.layers):
+            self_cache = None if cache is None else cache.self_attention[i]
+            has_cross = cache is not None and bool(cache.cross_attention)
+            cross_cache = cache.cross_attention[i] if has_cross else None
+            x, self_weights, cross_weights = layer(
+                x, memory, memory_mask, self_cache, cross_cache, need_weights, rotary, bias
+            )
+            if need_weights:
+                self_maps.append(self_weights)
+                if cross_weights is not None:
+                    cross_maps.append(cross_weights)
+        return self.final_norm(x), self_maps, cross_maps
+
+
+class PreSoftmaxProjection(nn.Module):
+    """The last linear map of a model shape, hidden states to logits (section 3.4).
+
+    Its (V, D) matrix is the token embedding (`output_embedding`) when
+    `cfg.tie_output`, else a matrix of its own, `output_proj`; `output_bias` is
+    added with `cfg.output_bias`. Subclasses call `build_output(cfg)` in
+    `__init__` and say which embedding is tied.
+    """
+
+    def build_output(self, cfg: ModelConfig) -> None:
+        self.output_proj = (
+            None if cfg.tie_output else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        )
+        self.output_bias = nn.Parameter(torch.zeros(cfg.vocab_size)) if cfg.output_bias else None
+
+    def output_embedding(self) -> nn.Embedding:
+        """The token embedding the output matrix is tied to."""
+        raise NotImplementedError
+
+    def project(self, hidden: Tensor) -> Tensor:
+        """The pre-softmax linear map: (B, T, D) states to (B, T, V) logits."""
+        return nn.functional.linear(hidden, self.output_weight(), self.output_bias)
+
+    def output_weight(self) -> Tensor:
+        """The (V, D) pre-softmax matrix: the tied embedding's, or `output_proj`'s."""
+        if self.output_proj is None:
+            return self.output_embedding().weight
+        return self.output_proj.weight
+
+    def num_parameters(self) -> int:
+        """Distinct trainable parameters (a tied matrix counts once)."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+
+@register_shape(
+    "encoder_decoder",
+    frozen="aiayn.inference.frozen:FrozenTransformer",
+    user="aiayn.apps.translate:Translator",
+    verb="translate",
+    task="translation",
+)
+class Transformer(PreSoftmaxProjection):
+    """The encoder-decoder Transformer of "Attention Is All You Need".
+
+    Args:
+        cfg: the hyper-parameters; see `ModelConfig`.
+
+    With `cfg.tie_embeddings` and `cfg.tie_output` (the default) one (V, D) matrix is
+    the source embedding, the target embedding and the pre-softmax projection (3.4).
+    """
+
+    shares_source_rows = False  # beams copy their sentence's encoder output (see start)
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        src_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        tgt_tokens = (
+            src_tokens
+            if cfg.tie_embeddings
+            else nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        )
+        self.encoder = Encoder(cfg, src_tokens)
+        self.decoder = Decoder(cfg, tgt_tokens)
+        self.build_output(cfg)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Initialise as fairseq and tensor2tensor do for this model.
+
+        Linear weights: Xavier/Glorot uniform, which keeps activation variance about
+        constant through the stacks; biases zero. Token embeddings: N(0, d_model^-0.5),
+        so that after the sqrt(d_model) scaling each entry has unit variance, the
+        scale of the sinusoids, and tied output logits start near zero. The padding
+        row is zero. LayerNorms: weight 1, bias 0 (PyTorch's default). Position
+        schemes keep their own initialisation.
+        """
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        for tokens in {self.encoder.embedding.tokens, self.decoder.embedding.tokens}:
+            nn.init.normal_(tokens.weight, std=self.cfg.d_model**-0.5)
+            with torch.no_grad():
+                tokens.weight[self.cfg.pad_id].zero_()
+
+    # ----- the three entry points -------------------------------------------
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        """Teacher-forced logits.
+
+        Args:
+            src: (B, S) source ids, padded with `cfg.pad_id`.
+            tgt_in: (B, T) target ids shifted right (bos first), padded likewise.
+
+        Returns:
+            (B, T, V) unnormalised next-token scores.
+
+        Raises:
+            ValueError: if a sequence is longer than `cfg.max_len`.
+        """
+        return self.decode(tgt_in, self.encode(src))
+
+    def encode(self, src: Tensor) -> EncoderOutput:
+        """Run the encoder once: (B, S) ids to an `EncoderOutput`."""
+        self._check_length(src, "source")
+        real_tokens = padding_mask(src, self.cfg.pad_id)
+        hidden, _ = self.encoder(src, self.source_mask(real_tokens))
+        return EncoderOutput(hidden, real_tokens)
+
+    def decode(self, tgt: Tensor, encoded: EncoderOutput, cache: KVCache | None = None) -> Tensor:
+        """Logits for target ids given the encoder output.
+
+        Args:
+            tgt: (B, T) target ids; with a `cache`, only the positions not yet decoded.
+            encoded: from `encode`, one row per row of `tgt`.
+            cache: from `new_cache()`; filled and extended in place.
+
+        Returns:
+            (B, T, V) logits.
+        """
+        offset = 0 if cache is None else cache.length
+        self._check_length(tgt, "target", offset)
+        memory_mask = self.source_mask(encoded.real_tokens)
+        hidden, _, _ = self.decoder(tgt, encoded.hidden, memory_mask, cache)
+        return self.project(hidden)
+
+    def output_embedding(self) -> nn.Embedding:
+        """The target embedding: the pre-softmax matrix when tied (section 3.4)."""
+        return self.decoder.embedding.tokens
+
+    def source_mask(self, real_tokens: Tensor) -> Tensor:
+        """The (B, 1, 1, S) key mask over the source: True at real tokens."""
+        return key_mask(real_tokens)
+
+    def new_cache(self, group: int = 1) -> KVCache:
+        """An empty key/value cache for incremental decoding (`group`: see `KVCache.empty`)."""
+        return KVCache.empty(self.cfg.n_decoder_layers, cross=True, group=group)
+
+    def start(self, src: Tensor, beam: int = 1) -> EncoderDecoderDecoding:
+        """Encode a batch for the search (`aiayn.inference.search.Decodable`), `beam` rows per sentence."""
+        return EncoderDecoderDecoding(self, src, beam)
+
+    def attention_maps(self, src: Tensor, tgt_in: Tensor) -> AttentionMaps:
+        """All attention weights for one teacher-forced pass (explicit attention path)."""
+        self._check_length(src, "source")
+        self._check_length(tgt_in, "target")
+        real_tokens = padding_mask(src, self.cfg.pad_id)
+        mask = key_mask(real_tokens)
+        hidden, encoder_maps = self.encoder(src, mask, need_weights=True)
+        _, decoder_maps, cross_maps = self.decoder(tgt_in, hidden, mask, need_weights=True)
+        return AttentionMaps(encoder_maps, decoder_maps, cross_maps)
+
+    def _check_length(self, ids: Tensor, side: str, offset: int = 0) -> None:
+        check_ids(ids, side, self.cfg.max_len, offset)
+
+
+def check_ids(ids: Tensor, side: str, max_len: int, offset: int = 0) -> None:
+    """Refuse ids that are not (batch, length) or run past `max_len` after `offset` cached ones.
+
+    Raises:
+        ValueError: naming `side` ("source", "target", "input") and the lengths.
+    """
+    if ids.dim() != 2:
+        raise ValueError(f"{side} ids must be (batch, length), got shape {tuple(ids.shape)}")
+    if offset + ids.size(1) > max_len:
+        raise ValueError(
+            f"{side} sequence of {offset + ids.size(1)} tokens is longer than the model's "
+            f"max_len={max_len}"
+        )
+
+
+def normal_initialisation(model: nn.Module, std: float = 0.02) -> None:
+    """GPT's and BERT's initialisation: every linear and embedding weight from N(0, std),
+    biases zero, LayerNorms weight 1 and bias 0, the padding row zero. Position schemes
+    keep their own (`PositionScheme.reset_parameters`)."""
+    schemes = [m for m in model.modules() if isinstance(m, PositionScheme)]
+    inside_schemes = {id(m) for scheme in schemes for m in scheme.modules()}
+    for module in model.modules():
+        if id(module) in inside_schemes:
+            continue
+        if isinstance(module, nn.Linear | nn.Embedding):
+            nn.init.normal_(module.weight, std=std)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+        if isinstance(module, nn.LayerNorm):
+            module.reset_parameters()
+        if isinstance(module, nn.Embedding) and module.padding_idx is not None:
+            with torch.no_grad():
+                module.weight[module.padding_idx].zero_()
+    for scheme in schemes:
+        scheme.reset_parameters()
+
+
+class EncoderDecoderDecoding:
+    """One batch being decoded by an encoder-decoder: its encoder output and key/value cache.
+
+    The search (`aiayn.inference.search`) sees it through `input_lengths`, `step` and `keep`.
+    Rows are hypotheses: `beam` consecutive rows per sentence. The literal model
+    copies each sentence's encoder output to its `beam` rows; a model with
+    `shares_source_rows` (`aiayn.inference.frozen.FrozenTransformer`) keeps one row per
+    sentence and computes its cross-attention keys and values once, for all beams.
+
+    Args:
+        model: a `Transformer` (or a subclass) in eval mode.
+        src: (B, S) source ids.
+        beam: hypothesis rows per sentence.
+    """
+
+    def __init__(self, model: Transformer, src: Tensor, beam: int = 1) -> None:
+        self.model = model
+        encoded = model.encode(src)
+        self.input_lengths = encoded.real_tokens.sum(dim=1)  # (B,) eos included
+        self.dtype = encoded.hidden.dtype
+        self.shared = beam > 1 and model.shares_source_rows
+        if beam > 1 and not self.shared:
+            encoded = encoded.index_select(
+                torch.arange(src.size(0), device=src.device).repeat_interleave(beam)
+            )
+        self.encoded = encoded
+        self.cache = model.new_cache(group=beam if self.shared else 1)
+
+    def step(self, last: Tensor) -> Tensor:
+        """(R,) the newest token of each row -> (R, V) logits of the token after it."""
+        return self.model.decode(last[:, None], self.encoded, self.cache)[:, -1]
+
+    def keep(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        """Go on with hypothesis rows `rows` (each row's parent, in the new order).
+
+        Args:
+            rows: (R',) indices into the current rows.
+            sentences: the live sentences kept, when some finished (None: all stay).
+                Beams of a sentence share its source, so the encoder output and
+                cross-attention stores change only when sentences leave.
+        """
+        for store in self.cache.self_attention:
+            store.reorder(rows)
+        if sentences is None:
+            return
+        index = sentences if self.shared else rows
+        for store in self.cache.cross_attention:
+            store.reorder(index)
+        self.encoded = self.encoded.index_select(index)

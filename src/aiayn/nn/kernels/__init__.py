@@ -1,0 +1,148 @@
+"""Attention kernels: how softmax(Q K^T / sqrt(d_k)) V is computed, one module each.
+
+    sdpa            PyTorch's fused scaled_dot_product_attention (`aiayn.nn.attention.attend`)
+    explicit        the formula written out; it always has the weights
+    sliding_window  local window + global tokens, linear in length (Longformer / BigBird)
+
+`MultiHeadAttention` owns the projections; the kernel is the math between them, chosen
+once when the model is built (`build_kernel(cfg)`), never inside `forward`. A kernel
+is a subclass of `Kernel`, registered by name in its own module:
+
+    @KERNELS.register("my_kernel")
+    class MyKernel(Kernel):
+        takes_bias = False       # what it supports: see `Kernel`
+        def __call__(self, q, k, v, mask=None, causal=False, dropout_p=0.0,
+                     need_weights=False, bias=None): ...
+
+`ModelConfig.attention` names the kernel; `ModelConfig.attention_options` holds its own
+settings (checked by its `from_config`). What a kernel declares is what is checked
+against the rest of the model (`check_positions`), so nothing else names a kernel.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from torch import Tensor
+
+from aiayn.plugins import Registry
+
+if TYPE_CHECKING:
+    from aiayn.config import ModelConfig
+    from aiayn.nn.positions import PositionScheme
+
+
+class CacheKind(str, Enum):
+    """What a kernel keeps between incremental decoding steps."""
+
+    KEYS_VALUES = "keys_values"  # every past key and value (`aiayn.nn.attention.LayerKV`)
+    NONE = "none"  # no cached decoding: each step attends the whole prefix again
+
+
+class Kernel:
+    """The attention math of one attention sub-layer, with what it supports declared.
+
+    Class attributes (the declarations; `check_positions` and the tools read them):
+        takes_bias: a float bias added to the scores (relative positions, ALiBi).
+        takes_full_mask: a (B, H, T, S) bool mask; without it only a key-padding mask
+            (B, 1, 1, S).
+        has_causal: a causal form (decoder self-attention).
+        full_scores: every query-key score is computed, so its cost is the dense
+            formula's (`aiayn.training.budget` counts FLOPs only then).
+        cache: what incremental decoding keeps (`CacheKind`).
+        options: the names of its settings in `ModelConfig.attention_options`.
+    """
+
+    takes_bias: ClassVar[bool] = True
+    takes_full_mask: ClassVar[bool] = True
+    has_causal: ClassVar[bool] = True
+    full_scores: ClassVar[bool] = True
+    cache: ClassVar[CacheKind] = CacheKind.KEYS_VALUES
+    options: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig) -> Kernel:
+        """The kernel for a model of `cfg`; its `attention_options` were checked already."""
+        return cls()
+
+    def __call__(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        dropout_p: float = 0.0,
+        need_weights: bool = False,
+        bias: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """(B, H, T, Dv) outputs and, with `need_weights`, the (B, H, T, S) weights.
+
+        The arguments are those of `aiayn.nn.attention.attend`.
+        """
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+KERNELS: Registry[type[Kernel]] = Registry(
+    "attention kernel", __name__, "aiayn.kernels", "ModelConfig.attention"
+)
+
+
+def kernel_class(name: str) -> type[Kernel]:
+    """The kernel class registered as `name`.
+
+    Raises:
+        aiayn.plugins.UnknownPlugin: no kernel has that name (a ValueError listing them).
+    """
+    kind = KERNELS.get(str(getattr(name, "value", name)))
+    if not (isinstance(kind, type) and issubclass(kind, Kernel)):
+        raise TypeError(f"attention kernel {name!r} is {kind!r}, not a Kernel subclass")
+    return kind
+
+
+def kernel_options(cfg: ModelConfig) -> dict[str, Any]:
+    """`cfg.attention_options` as a dict, checked against the kernel's declared `options`.
+
+    Raises:
+        ValueError: an option the kernel does not take, naming the ones it does.
+    """
+    kind = kernel_class(cfg.attention)
+    options = dict(cfg.attention_options)
+    unknown = sorted(set(options) - set(kind.options))
+    if unknown:
+        takes = ", ".join(kind.options) or "none"
+        raise ValueError(
+            f"ModelConfig.attention_options: attention {cfg.attention!r} takes no option "
+            f"{', '.join(map(repr, unknown))} (it takes: {takes})"
+        )
+    return options
+
+
+def build_kernel(cfg: ModelConfig) -> Kernel:
+    """The self-attention kernel `cfg.attention`, with its options checked.
+
+    Raises:
+        ValueError: an unknown kernel or option, naming what is registered or taken.
+    """
+    kernel_options(cfg)
+    return kernel_class(cfg.attention).from_config(cfg)
+
+
+def check_positions(
+    cfg: ModelConfig, kernel: Kernel | type[Kernel], positions: PositionScheme
+) -> None:
+    """Refuse a position scheme that needs what the kernel (or its class) does not take.
+
+    Raises:
+        ValueError: the scheme adds a bias to the scores and the kernel takes none.
+    """
+    if positions.adds_bias() and not kernel.takes_bias:
+        raise ValueError(
+            f"ModelConfig.positional {cfg.positional!r} adds a bias to every score, which "
+            f"attention {cfg.attention!r} does not take; use a scheme without a score bias "
+            "(rotary, sinusoidal, learned or none) or a kernel that takes one"
+        )

@@ -1,0 +1,168 @@
+"""One way to add a plug-in of any kind: attention kernels, position schemes, model shapes
+and training tasks.
+
+Each kind has one `Registry`, owned by the package its built-in plug-ins live in:
+
+    kind              registry                               package (one module per plug-in)
+    attention kernel  `aiayn.nn.kernels.KERNELS`             aiayn/nn/kernels/
+    position scheme   `aiayn.nn.positions.POSITIONS`         aiayn/nn/positions/
+    model shape       `aiayn.models.SHAPES`                  aiayn/models/
+    training task     `aiayn.training.tasks.TASKS`           aiayn/training/tasks/
+
+A plug-in registers itself with the registry's decorator, in its own module:
+
+    from aiayn.nn.kernels import KERNELS
+
+    @KERNELS.register("my_kernel")
+    class MyKernel(AttentionKernelBase): ...
+
+and nothing else names it. The first time a registry is asked for a name, it imports
+every module of its package (so a new file there is found without a hand-kept list),
+then the plug-ins that installed packages declare as entry points in the registry's
+group (`aiayn.kernels`, `aiayn.positions`, `aiayn.shapes`, `aiayn.tasks`). In a
+third-party package's pyproject.toml:
+
+    [project.entry-points."aiayn.kernels"]
+    my_kernel = "my_package.my_kernel"     # a module that registers itself when imported
+
+An entry point may also name the plug-in object itself (`"my_package.kernels:MyKernel"`);
+it is then registered under the entry point's name. An unknown name is refused with
+the names that are registered; nothing falls back to another plug-in.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import logging
+import pkgutil
+import threading
+from collections.abc import Callable, Iterator
+from types import ModuleType
+from typing import Generic, TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class UnknownPlugin(ValueError):
+    """A name that no plug-in of its kind is registered under."""
+
+
+class Registry(Generic[T]):
+    """The plug-ins of one kind, by name.
+
+    Args:
+        kind: what one plug-in is, for messages ("attention kernel").
+        package: the dotted name of the package whose modules are the built-in
+            plug-ins; each is imported on first use.
+        group: the entry-point group through which installed packages add plug-ins.
+        setting: the setting that names a plug-in ("ModelConfig.attention"), for messages.
+    """
+
+    def __init__(self, kind: str, package: str, group: str, setting: str = "") -> None:
+        self.kind, self.package, self.group, self.setting = kind, package, group, setting
+        self._entries: dict[str, T] = {}
+        self._origins: dict[str, str] = {}  # name -> the module that registered it
+        self._discovered = False
+        self._lock = threading.RLock()
+
+    def register(self, name: str) -> Callable[[T], T]:
+        """A decorator that registers its argument (a class or a factory) under `name`.
+
+        Raises:
+            ValueError: `name` is empty, has surrounding spaces, or is taken.
+        """
+        if not isinstance(name, str) or not name or name != name.strip():
+            raise ValueError(
+                f"a {self.kind} needs a non-empty name without surrounding spaces, got {name!r}"
+            )
+
+        def add(entry: T) -> T:
+            self.add(name, entry)
+            return entry
+
+        return add
+
+    def add(self, name: str, entry: T) -> None:
+        """Register `entry` under `name` (the decorator's work, for non-decorator use)."""
+        origin = getattr(entry, "__module__", None) or repr(entry)
+        with self._lock:
+            if name in self._entries:
+                raise ValueError(
+                    f"{self.kind} {name!r} is already registered (by {self._origins[name]}); "
+                    "choose another name"
+                )
+            self._entries[name] = entry
+            self._origins[name] = origin
+
+    def unregister(self, name: str) -> None:
+        """Remove the plug-in `name` (a test's or a notebook's own, before registering anew).
+
+        Raises:
+            UnknownPlugin: nothing is registered under `name`.
+        """
+        self.get(name)
+        with self._lock:
+            del self._entries[name], self._origins[name]
+
+    def get(self, name: str) -> T:
+        """The plug-in registered under `name`.
+
+        Raises:
+            UnknownPlugin: no plug-in of this kind has that name; the message lists them.
+        """
+        self._discover()
+        try:
+            return self._entries[name]
+        except (KeyError, TypeError):
+            where = f" ({self.setting})" if self.setting else ""
+            raise UnknownPlugin(
+                f"unknown {self.kind} {name!r}{where}; registered: {', '.join(self.names())}"
+            ) from None
+
+    def names(self) -> tuple[str, ...]:
+        """The registered names, sorted."""
+        self._discover()
+        return tuple(sorted(self._entries))
+
+    def items(self) -> Iterator[tuple[str, T]]:
+        """(name, plug-in) pairs, sorted by name."""
+        for name in self.names():
+            yield name, self._entries[name]
+
+    def __contains__(self, name: object) -> bool:
+        self._discover()
+        return name in self._entries
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}, {self.package!r}, {self.group!r})"
+
+    def _discover(self) -> None:
+        """Import the package's modules, then the entry points' (once)."""
+        if self._discovered:
+            return
+        with self._lock:
+            if self._discovered:
+                return
+            self._discovered = True  # the modules imported below call back into `add`
+            for module in _modules_of(self.package):
+                importlib.import_module(module)
+            for point in importlib.metadata.entry_points(group=self.group):
+                self._load_entry_point(point)
+
+    def _load_entry_point(self, point: importlib.metadata.EntryPoint) -> None:
+        try:
+            loaded = point.load()
+        except Exception as err:  # a broken third-party plug-in must not break aiayn
+            log.warning("skipping %s plug-in %r (%s): %s", self.kind, point.name, point.value, err)
+            return
+        if not isinstance(loaded, ModuleType) and point.name not in self._entries:
+            self.add(point.name, loaded)
+
+
+def _modules_of(package: str) -> list[str]:
+    """The dotted names of the modules directly inside `package`, sorted."""
+    path = importlib.import_module(package).__path__
+    return sorted(f"{package}.{info.name}" for info in pkgutil.iter_modules(path))

@@ -1,0 +1,163 @@
+"""Training arithmetic: which `Precision` a device gets, and the autocast and scaler for it;
+and what this machine's matrix products reach in each type (`measure_matmul_peak`).
+
+The weights always stay float32; bf16 and fp16 autocast the forward pass (and so the
+backward pass) to 16 bits, and fp16 also scales the loss so that small gradients do
+not underflow. The `Precision` enum itself lives in `aiayn.config`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+
+from aiayn.config import Precision
+
+log = logging.getLogger(__name__)
+
+
+def has_native_bf16(device: torch.device) -> bool:
+    """Whether `device` multiplies bfloat16 in hardware (CUDA that supports it, AMX or
+    AVX512-BF16 CPUs); elsewhere bfloat16 is emulated and slower than float32."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()
+
+
+@dataclass(frozen=True)
+class MatmulPeak:
+    """The best rate of a square matrix product on this machine, as measured.
+
+    Attributes:
+        dtype: "float32" or "bfloat16".
+        shape: (M, N, K) of the product timed.
+        threads: torch's intra-op threads during the timing (CPU).
+        gflops: the best of `repeats` timings, in GFLOP/s.
+        repeats: timings taken (after one warm-up).
+    """
+
+    dtype: str
+    shape: tuple[int, int, int]
+    threads: int
+    gflops: float
+    repeats: int
+
+
+def measure_matmul_peak(
+    dtype: torch.dtype = torch.float32,
+    size: int = 1024,
+    repeats: int = 5,
+    device: str | torch.device = "cpu",
+) -> MatmulPeak:
+    """Time `repeats` products of two `size` x `size` matrices; keep the fastest.
+
+    With the defaults, under a second on a 2-core CPU. It measures what torch's matmul
+    reaches here, on the current thread count, not the hardware's data-sheet peak.
+
+    Raises:
+        ValueError: `size` or `repeats` below 1.
+    """
+    if size < 1 or repeats < 1:
+        raise ValueError(f"size and repeats must be >= 1, got {size}, {repeats}")
+    device = torch.device(device)
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(size, size, generator=generator).to(device, dtype)
+    b = torch.randn(size, size, generator=generator).to(device, dtype)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    best = math.inf
+    with torch.no_grad():
+        torch.mm(a, b)  # warm-up: kernels chosen, memory touched
+        for _ in range(repeats):
+            sync()
+            started = time.perf_counter()
+            torch.mm(a, b)
+            sync()
+            best = min(best, time.perf_counter() - started)
+    flops = 2 * size**3
+    return MatmulPeak(
+        dtype=str(dtype).removeprefix("torch."),
+        shape=(size, size, size),
+        threads=torch.get_num_threads(),
+        gflops=flops / best / 1e9,
+        repeats=repeats,
+    )
+
+
+SPEEDUP_SIZE = 1024  # the square product `bf16_matmul_speedup` times
+BF16_MIN_SPEEDUP = 1.1  # auto takes bf16 on the CPU only where its products are this much faster
+
+
+@functools.cache
+def bf16_matmul_speedup(threads: int | None = None) -> float:
+    """How much faster this CPU multiplies bfloat16 than float32 (> 1: bf16 is faster).
+
+    The ratio of `measure_matmul_peak` in each type (the best of a few
+    timed `SPEEDUP_SIZE` products), on torch's current threads (`threads` only keys
+    the cache). A CPU may report AVX512-BF16 and still multiply bf16 slower than fp32
+    (README, "CPU inference at its limit"): the flag alone does not say. Timed once
+    per process and thread count.
+    """
+    fp32 = measure_matmul_peak(torch.float32, SPEEDUP_SIZE)
+    bf16 = measure_matmul_peak(torch.bfloat16, SPEEDUP_SIZE)
+    return bf16.gflops / fp32.gflops
+
+
+def resolve_precision(precision: Precision, device: torch.device) -> Precision:
+    """`Precision.AUTO` made concrete for `device`; other precisions stay as they are.
+
+    AUTO is bf16 on CUDA devices that support it, and on CPUs that multiply bf16
+    natively (AMX or AVX512-BF16) where a short timing (`bf16_matmul_speedup`) shows
+    bf16 products at least `BF16_MIN_SPEEDUP` times faster than fp32's; fp32
+    elsewhere, where bf16 would be emulated or, as measured on AVX512-BF16 without
+    AMX, slower.
+    """
+    if precision is not Precision.AUTO:
+        return precision
+    if device.type == "cuda" or not has_native_bf16(device):
+        chosen = Precision.BF16 if has_native_bf16(device) else Precision.FP32
+        log.info("precision auto -> %s on %s", chosen.value, device)
+        return chosen
+    speedup = bf16_matmul_speedup(torch.get_num_threads())
+    chosen = Precision.BF16 if speedup >= BF16_MIN_SPEEDUP else Precision.FP32
+    log.info(
+        "precision auto -> %s on %s (bf16 products measured %.2fx fp32's; bf16 needs %.1fx)",
+        chosen.value,
+        device,
+        speedup,
+        BF16_MIN_SPEEDUP,
+    )
+    return chosen
+
+
+def training_precision(precision: Precision, device: torch.device) -> Precision:
+    """`resolve_precision`, refusing what training cannot do on `device`.
+
+    Raises:
+        ValueError: fp16 on a device other than CUDA.
+    """
+    resolved = resolve_precision(precision, device)
+    if resolved is Precision.FP16 and device.type != "cuda":
+        raise ValueError("TrainConfig.precision fp16 needs a CUDA device; use bf16 or fp32")
+    return resolved
+
+
+def autocast(precision: Precision, device: torch.device) -> contextlib.AbstractContextManager:
+    """The context the forward pass runs in: nothing for fp32, `torch.autocast` otherwise."""
+    if precision is Precision.FP32:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=precision.dtype)
+
+
+def grad_scaler(precision: Precision, device: torch.device) -> torch.amp.GradScaler:
+    """A gradient scaler that scales for fp16 and passes everything through otherwise."""
+    return torch.amp.GradScaler(device.type, enabled=precision is Precision.FP16)
