@@ -877,13 +877,26 @@ QUICKSTART_PREFIX = "quickstart-"
 REFERENCE = ROOT / "src" / "aiayn" / "configs" / "quickstart-reference.json"
 
 
-QuickstartKey = tuple[str, str, float, str, str, tuple[str, ...]]
+QuickstartKey = tuple[str, str, float, str, str, tuple[str, ...], Any, Any, str]
+
+
+def weights_rule(run: dict[str, Any]) -> str:
+    """The rule that picked a recorded run's weights (`aiayn.apps.quickstart.evaluated_weights`):
+    its "weights_rule", or, in files written before that field, read from the weights
+    path (RUN/checkpoints/best, average-last-K or step-N); "?" where neither says."""
+    if run.get("weights_rule"):
+        return run["weights_rule"]
+    folder = Path(run.get("weights", "")).parent.name
+    if folder == "best" or folder.startswith("average-last-"):
+        return folder
+    return "last" if folder.startswith("step-") else "?"
 
 
 def quickstart_groups() -> dict[QuickstartKey, list[tuple[str, dict[str, Any]]]]:
     """The recorded quickstart runs by (recipe, recipe version, minutes, device kind,
-    machine, overrides), as (name, data). The version is the recipe file's digest
-    (`aiayn.apps.quickstart.recipe_digest`), "" where a run did not record one."""
+    machine, overrides, beam, alpha, weights rule), as (name, data). The version is the
+    recipe file's digest (`aiayn.apps.quickstart.recipe_digest`), "" where a run did not
+    record one; beam and alpha are "?" where it did not record them."""
     groups: dict[QuickstartKey, list[tuple[str, dict[str, Any]]]] = {}
     for path in sorted(RESULTS.glob(f"{QUICKSTART_PREFIX}*.json")):
         data = load(path.stem)
@@ -895,12 +908,16 @@ def quickstart_groups() -> dict[QuickstartKey, list[tuple[str, dict[str, Any]]]]
             run["device"].split(":")[0],
             data.get("machine", "machine not recorded"),
             tuple(run.get("overrides", [])),
+            run.get("beam", "?"),
+            run.get("alpha", "?"),
+            weights_rule(run),
         )
         groups.setdefault(key, []).append((path.stem, data))
 
     def order(item):
-        (name, digest, minutes, device, _, overrides) = item[0]
-        return (digest != packaged_digest(name), overrides, name, digest, minutes, device)
+        (name, digest, minutes, device, _, overrides, beam, alpha, rule) = item[0]
+        current = digest != packaged_digest(name)
+        return (current, overrides, name, digest, minutes, device, str(beam), str(alpha), rule)
 
     return dict(sorted(groups.items(), key=order))
 
@@ -924,13 +941,25 @@ def median_range(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
+WEIGHTS_LABELS = {"best": "best (valid loss)", "last": "last"}
+
+
+def weights_label(rule: str) -> str:
+    """ "best (valid loss)", "average of last 3", "last" or "?"."""
+    if rule.startswith("average-last-"):
+        return f"average of last {rule.removeprefix('average-last-')}"
+    return WEIGHTS_LABELS.get(rule, rule)
+
+
 def quickstart() -> str:
-    """Per recipe and training minutes: test BLEU and chrF over seeds, and the budget."""
+    """Per recipe, training minutes and scoring (beam, alpha, weights): test BLEU and
+    chrF over seeds, and the budget."""
     groups = quickstart_groups()
     if not groups:
         return "No quickstart run is recorded yet (see `benchmarks/record_quickstart.py`)."
     rows, sources = [], []
-    for (recipe, digest, minutes, device, _, overrides), recorded in groups.items():
+    for key, recorded in groups.items():
+        (recipe, digest, minutes, device, _, overrides, beam, alpha, rule) = key
         runs = [data["results"] for _, data in recorded]
         speeds = [r["budget"]["tokens_per_s"] for r in runs if r.get("budget")]
         rows.append(
@@ -940,6 +969,9 @@ def quickstart() -> str:
                 device,
                 f"{minutes:g}",
                 ", ".join(str(r["seed"]) for r in sorted(runs, key=lambda r: r["seed"])),
+                str(beam),
+                str(alpha),
+                weights_label(rule),
                 median_range([r["bleu"] for r in runs]),
                 median_range([r["chrf"] for r in runs]),
                 number(statistics.median(r["steps"] for r in runs)),
@@ -948,17 +980,20 @@ def quickstart() -> str:
             ]
         )
         sources += [source(name, data) for name, data in recorded]
-    headers = ["recipe", "version", "device", "minutes", "seeds", "test BLEU median (range)"]
-    headers += ["chrF median (range)", "steps", "epochs", "tok/s (src+tgt)"]
-    return table(headers, rows, left=5) + "\n\n" + "\n\n".join(sources)
+    headers = ["recipe", "version", "device", "minutes", "seeds", "beam", "alpha", "weights"]
+    headers += ["test BLEU median (range)", "chrF median (range)", "steps", "epochs"]
+    headers += ["tok/s (src+tgt)"]
+    return table(headers, rows, left=8) + "\n\n" + "\n\n".join(sources)
 
 
 def quickstart_reference() -> dict[str, Any]:
-    """The packaged reference: per recipe, minutes, device kind and machine, the seeds'
-    BLEU and chrF (the quickstart prints their median and range next to its own)."""
+    """The packaged reference: per recipe, minutes, device kind, machine, overrides and
+    scoring (beam, alpha, weights rule), the seeds' BLEU and chrF (the quickstart prints
+    their median and range next to its own, for a run scored the same way)."""
     references = []
     groups = quickstart_groups().items()
-    for (recipe, digest, minutes, device, machine, overrides), recorded in groups:
+    for key, recorded in groups:
+        (recipe, digest, minutes, device, machine, overrides, beam, alpha, rule) = key
         runs = sorted(
             ((data["results"], name) for name, data in recorded), key=lambda x: x[0]["seed"]
         )
@@ -970,6 +1005,9 @@ def quickstart_reference() -> dict[str, Any]:
                 "device": device,
                 "machine": machine,
                 "overrides": list(overrides),
+                "beam": None if beam == "?" else beam,
+                "alpha": None if alpha == "?" else alpha,
+                "weights": None if rule == "?" else rule,
                 "seeds": [r["seed"] for r, _ in runs],
                 "bleu": [r["bleu"] for r, _ in runs],
                 "chrf": [r["chrf"] for r, _ in runs],

@@ -35,7 +35,8 @@ def run_results(seed: int, bleu: float, chrf: float, minutes: float = 15, **extr
     return {
         "bleu": bleu, "chrf": chrf, "seed": seed, "minutes": minutes, "steps": 1000 + seed,
         "epochs": 2.0 + seed / 10, "device": "cpu", "recipe": "/x/bible-en-es-cpu.yaml",
-        "budget": {"tokens_per_s": 10000.0 + 1000 * seed}, **extra,
+        "budget": {"tokens_per_s": 10000.0 + 1000 * seed}, "beam": 8, "alpha": 1.0,
+        "weights": "r/checkpoints/best/model.safetensors", **extra,
     }  # fmt: skip
 
 
@@ -58,10 +59,10 @@ def test_table_and_reference_give_median_and_range_over_seeds(report, tmp_path):
     text = report.quickstart()
     rows = [line for line in text.splitlines() if line.startswith("| bible-en-es-cpu.yaml")]
     assert rows == [
-        "| bible-en-es-cpu.yaml | not recorded | cpu | 15 | 0, 1, 2 | 20.50 (19.00-24.25) "
-        "| 40.00 (39.00-44.50) | 1,001 | 2.10 | 11,000 |",
-        "| bible-en-es-cpu.yaml | not recorded | cpu | 30 | 0 | 23.00 (23.00-23.00) "
-        "| 43.00 (43.00-43.00) | 1,000 | 2.00 | 10,000 |",
+        "| bible-en-es-cpu.yaml | not recorded | cpu | 15 | 0, 1, 2 | 8 | 1.0 | best (valid loss) "
+        "| 20.50 (19.00-24.25) | 40.00 (39.00-44.50) | 1,001 | 2.10 | 11,000 |",
+        "| bible-en-es-cpu.yaml | not recorded | cpu | 30 | 0 | 8 | 1.0 | best (valid loss) "
+        "| 23.00 (23.00-23.00) | 43.00 (43.00-43.00) | 1,000 | 2.00 | 10,000 |",
     ]
     assert text.count("Source: `benchmarks/results/quickstart-") == 4
     (fifteen, thirty) = report.quickstart_reference()["references"]
@@ -80,9 +81,11 @@ def test_the_reference_line_reads_what_report_writes(report, tmp_path, monkeypat
     packaged = tmp_path / "reference.json"
     packaged.write_text(report.reference_text(), encoding="utf-8")
     monkeypatch.setattr(aiayn.apps.quickstart, "reference_file", lambda: packaged)
-    line = aiayn.apps.quickstart.reference_line("bible-en-es-cpu.yaml", 15, "cpu")
+    scoring = aiayn.apps.quickstart.Scoring(8, 1.0, "best")
+    line = aiayn.apps.quickstart.reference_line("bible-en-es-cpu.yaml", 15, "cpu", scoring)
     assert line == (
-        "reference on Xeon, 2 cores: median 20.50 BLEU (range 19.00-24.25) over 3 seeds, 15 minutes"
+        "reference on Xeon, 2 cores: median 20.50 BLEU (range 19.00-24.25) over 3 seeds, "
+        "15 minutes, beam 8, alpha 1, weights best"
     )
 
 
@@ -111,7 +114,9 @@ def test_runs_of_another_version_of_the_recipe_are_kept_apart(report, tmp_path, 
     packaged = tmp_path / "reference.json"
     packaged.write_text(report.reference_text(), encoding="utf-8")
     monkeypatch.setattr(aiayn.apps.quickstart, "reference_file", lambda: packaged)
-    line = aiayn.apps.quickstart.reference_line(recipe, 15, "cpu")
+    line = aiayn.apps.quickstart.reference_line(
+        recipe, 15, "cpu", aiayn.apps.quickstart.Scoring(8, 1.0, "best")
+    )
     assert "median 25.00 BLEU" in line and "over 1 seed" in line  # the old version's runs left out
 
 
@@ -196,10 +201,12 @@ def test_runs_with_overrides_form_their_own_row_and_reference(report, tmp_path):
     auto = run_results(0, 19.0, 39.0, overrides=["train.precision=auto"])
     write(tmp_path, "quickstart-bf16-seed0-15min", auto)
     rows = [line for line in report.quickstart().splitlines() if line.startswith("| bible")]
-    assert rows[0].startswith("| bible-en-es-cpu.yaml | not recorded | cpu | 15 | 0 | 18.00 ")
+    assert rows[0].startswith("| bible-en-es-cpu.yaml | not recorded | cpu | 15 | 0 | 8 | ")
+    assert "| 18.00 " in rows[0]
     assert rows[1].startswith(
-        "| bible-en-es-cpu.yaml `train.precision=auto` | not recorded | cpu | 15 | 0 | 19.00 "
+        "| bible-en-es-cpu.yaml `train.precision=auto` | not recorded | cpu | 15 | 0 | 8 | "
     )
+    assert "| 19.00 " in rows[1]
     plain, bf16 = report.quickstart_reference()["references"]
     assert plain["overrides"] == [] and plain["bleu"] == [18.0]
     assert bf16["overrides"] == ["train.precision=auto"] and bf16["bleu"] == [19.0]

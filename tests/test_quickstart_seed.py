@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 import aiayn.apps.quickstart
-from aiayn.apps.quickstart import QuickstartConfig, reference_line
+from aiayn.apps.quickstart import QuickstartConfig, Scoring, reference_line
 from aiayn.cli import app
 from aiayn.data.batching import TokenBatcher
 from train_helpers import RECIPE, make_corpus
@@ -131,31 +131,37 @@ def test_seed_and_a_seed_override_are_refused_together():
 
 
 def test_reference_line_from_the_packaged_file(monkeypatch, tmp_path):
+    scored = Scoring(8, 1.0, "best")
     path = tmp_path / "quickstart-reference.json"
     monkeypatch.setattr(aiayn.apps.quickstart, "reference_file", lambda: path)
-    assert reference_line("x/bible-en-es-cpu.yaml", 15, "cpu") == (
-        "reference: none recorded yet for bible-en-es-cpu.yaml at 15 minutes on cpu"
+    assert reference_line("x/bible-en-es-cpu.yaml", 15, "cpu", scored) == (
+        "reference: none recorded yet for bible-en-es-cpu.yaml at 15 minutes on cpu "
+        "with beam 8, alpha 1, weights best"
     )
     entry = {"recipe": "bible-en-es-cpu.yaml", "minutes": 15, "device": "cpu"}
     entry |= {"machine": "a 2-core Xeon", "bleu": [21.5, 19.25, 24.0]}
+    entry |= {"beam": 8, "alpha": 1.0, "weights": "best"}
     path.write_text(json.dumps({"references": [entry]}), encoding="utf-8")
-    assert reference_line("x/bible-en-es-cpu.yaml", 15.0, "cpu") == (
-        "reference on a 2-core Xeon: median 21.50 BLEU (range 19.25-24.00) over 3 seeds, 15 minutes"
+    assert reference_line("x/bible-en-es-cpu.yaml", 15.0, "cpu", scored) == (
+        "reference on a 2-core Xeon: median 21.50 BLEU (range 19.25-24.00) over 3 seeds, "
+        "15 minutes, beam 8, alpha 1, weights best"
     )
-    assert reference_line("x/bible-en-es-cpu.yaml", 30, "cpu").startswith("reference: none")
-    assert reference_line("x/bible-en-es-cpu.yaml", 15, "cuda:0").startswith("reference: none")
+    assert reference_line("x/bible-en-es-cpu.yaml", 30, "cpu", scored).startswith("reference: none")
+    assert reference_line("x/bible-en-es-cpu.yaml", 15, "cuda:0", scored).startswith(
+        "reference: none"
+    )
     # a run with other settings is not compared with the recipe's own runs
     bf16 = ("train.precision=auto",)
-    assert reference_line("x/bible-en-es-cpu.yaml", 15, "cpu", bf16) == (
+    assert reference_line("x/bible-en-es-cpu.yaml", 15, "cpu", scored, bf16) == (
         "reference: none recorded yet for bible-en-es-cpu.yaml train.precision=auto "
-        "at 15 minutes on cpu"
+        "at 15 minutes on cpu with beam 8, alpha 1, weights best"
     )
     entry = {**entry, "overrides": ["train.precision=auto"], "bleu": [19.0]}
     path.write_text(json.dumps({"references": [entry]}), encoding="utf-8")
-    assert reference_line("x/bible-en-es-cpu.yaml", 15, "cpu", bf16).endswith(
-        "over 1 seed, 15 minutes"
+    assert reference_line("x/bible-en-es-cpu.yaml", 15, "cpu", scored, bf16).endswith(
+        "over 1 seed, 15 minutes, beam 8, alpha 1, weights best"
     )
-    assert reference_line("x/bible-en-es-cpu.yaml", 15, "cpu").startswith("reference: none")
+    assert reference_line("x/bible-en-es-cpu.yaml", 15, "cpu", scored).startswith("reference: none")
 
 
 def test_the_train_longer_hint_keeps_the_seed(monkeypatch, tmp_path):

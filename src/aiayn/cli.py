@@ -1200,7 +1200,8 @@ def quickstart(
         int | None, typer.Option(help="Shared subword vocabulary size (default: tuned).")
     ] = None,
     average: Annotated[
-        int, typer.Option(help="Average the last K checkpoints (1: the last alone).")
+        int,
+        typer.Option(help="Average the last K checkpoints (1: none; the best validation loss)."),
     ] = 1,
     test_pairs: Annotated[
         int | None, typer.Option(help="Score only the first N test pairs (default: all).")

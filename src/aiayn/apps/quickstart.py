@@ -17,7 +17,8 @@ run trains 15 minutes more, and the same budget again only re-evaluates. A run
 resumes with the seed it started with: another `--seed` needs another OUT.
 
 Next to BLEU it prints the reference: the median and range of BLEU over the seeds
-recorded for this recipe and budget (`configs/quickstart-reference.json`, written by
+recorded for this recipe and budget, scored with the same beam, alpha and weights rule
+(`configs/quickstart-reference.json`, written by
 `benchmarks/report.py --write` from `benchmarks/results/quickstart-*.json`).
 """
 
@@ -44,7 +45,14 @@ from aiayn.data.corpus import CORPUS_FILE, PreparedCorpus
 from aiayn.data.prepare import BIBLE_VOCAB_SIZE, PrepareConfig, prepare_bible
 from aiayn.data.tokenizer import TOKENIZER_FILE
 from aiayn.files import write_atomic
-from aiayn.io.checkpoint import average_last, latest_checkpoint, resolve_weights, step_checkpoints
+from aiayn.io.checkpoint import (
+    BEST_DIR,
+    WEIGHTS_FILE,
+    average_last,
+    latest_checkpoint,
+    step_checkpoints,
+    step_of,
+)
 from aiayn.training.budget import budget_line, training_budget
 from aiayn.training.distributed import DistEnv
 from aiayn.training.evaluate import score, write_report
@@ -82,11 +90,13 @@ class QuickstartConfig:
             `aiayn/configs/bible-en-es-{cpu,gpu}.yaml`.
         overrides: extra `section.key=value` settings for the recipe.
         vocab_size: the shared subword vocabulary of the prepared corpus.
-        average_last: average this many of the last checkpoints (1 = the last
-            alone, the default). The recipe's rate decays to zero at the end of the
-            budget, and there the last checkpoint scored higher on the valid split
-            than the average of the last 3 in all 4 runs measured (by 0.24 to 1.13
-            BLEU; the recipe's header). Averaging helps under the paper's schedule.
+        average_last: average this many of the last checkpoints; 1 (the default)
+            averages nothing and scores the lowest-validation-loss checkpoint
+            (`evaluated_weights`). The recipe's rate decays to zero at the end of the
+            budget, where training validates once more, and there the last checkpoint
+            scored higher on the valid split than the average of the last 3 in all 4
+            runs measured (the recipe's header). Averaging helps under the paper's
+            schedule.
         beam, alpha: beam search on the test set: beam 8 and length penalty alpha
             1.0, chosen on the valid split over the recipe's three seeds (median
             valid BLEU 28.95, against 28.48 for beam 4 and alpha 1.0 and 28.23 for
@@ -156,15 +166,45 @@ def prepared_bible(directory: Path, vocab_size: int, echo: Callable[[str], None]
     return corpus
 
 
-def best_weights(run_dir: Path, k: int, echo: Callable[[str], None]) -> Path:
-    """Average the last `k` checkpoints (fewer if fewer exist); the weights to evaluate."""
-    found = len(step_checkpoints(run_dir))
-    if k >= 2 and found >= 2:
-        k = min(k, found)
+def evaluated_weights(run_dir: Path, k: int, echo: Callable[[str], None]) -> tuple[Path, str]:
+    """The weights the quickstart scores, and the rule that picked them.
+
+    With `k` >= 2 (and at least 2 step checkpoints): the average of the last `k` (fewer
+    if fewer exist), rule "average-last-K". Otherwise RUN/checkpoints/best, the lowest
+    validation loss, rule "best"; the newest step checkpoint, rule "last", where no
+    validation ran. With `k` = 1 it never takes an average, not even one that
+    `aiayn average` left current (which `resolve_weights` would prefer).
+
+    Training validates once more at its last update (`Trainer._finish`), so "best" is
+    the last checkpoint whenever the validation loss still falls at the end, as it
+    does when the rate decays to zero there; the line echoed says which update it is.
+    """
+    steps = step_checkpoints(run_dir)
+    if k >= 2 and len(steps) >= 2:
+        k = min(k, len(steps))
         path = average_last(run_dir, k)
         echo(f"averaged the last {k} checkpoints -> {path}")
-        return path
-    return resolve_weights(run_dir)
+        return path, f"average-last-{k}"
+    best = run_dir / "checkpoints" / BEST_DIR
+    if (best / WEIGHTS_FILE).is_file():
+        step = _best_step(best)
+        newest = step_of(steps[-1]) if steps else None
+        at = f"update {step:,}" if step is not None else "an unrecorded update"
+        last = f"; the last update is {newest:,}" if newest is not None else ""
+        echo(f"weights: {best} (the lowest validation loss, at {at}{last})")
+        return best / WEIGHTS_FILE, "best"
+    if not steps:
+        raise FileNotFoundError(f"{run_dir} holds no checkpoint to evaluate")
+    echo(f"weights: {steps[-1]} (the last checkpoint: no validation ran)")
+    return steps[-1] / WEIGHTS_FILE, "last"
+
+
+def _best_step(best_dir: Path) -> int | None:
+    """The update RUN/checkpoints/best was saved at (its info.json), None if unrecorded."""
+    try:
+        return int(json.loads((best_dir / "info.json").read_text(encoding="utf-8"))["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def evenly_spaced(n: int, count: int) -> list[int]:
@@ -218,7 +258,7 @@ def run_quickstart(
     if budget is not None:
         echo(budget_line(budget))
 
-    weights = best_weights(trained.run_dir, config.average_last, echo)
+    weights, weights_rule = evaluated_weights(trained.run_dir, config.average_last, echo)
     translator = Translator.load(
         weights, device=config.device, tokenizer=trained.run_dir / TOKENIZER_FILE
     )
@@ -234,7 +274,8 @@ def run_quickstart(
 
     echo("")
     echo(scores.summary())
-    echo(reference_line(recipe, config.minutes, config.device, config.overrides))
+    scoring = Scoring(config.beam, config.alpha, weights_rule)
+    echo(reference_line(recipe, config.minutes, config.device, scoring, config.overrides))
     echo("")
     samples = []
     for i in evenly_spaced(len(pairs), config.samples):
@@ -271,6 +312,7 @@ def run_quickstart(
         "recipe_sha256": recipe_digest(recipe),
         "overrides": list(config.overrides),
         "weights": str(weights),
+        "weights_rule": weights_rule,
         "attention_sentence": sentence,
         "samples": samples,
         "budget": budget,
@@ -352,15 +394,34 @@ def reference_file() -> Path:
     return recipes_dir() / REFERENCE_FILE
 
 
-def reference_line(
-    recipe: str | Path, minutes: float, device: str, overrides: tuple[str, ...] = ()
-) -> str:
-    """The line printed next to BLEU: recorded runs of this recipe and budget.
+@dataclass(frozen=True)
+class Scoring:
+    """What a quickstart's test score depends on besides the training: the beam, the
+    length penalty alpha, and the rule that picked the weights (`evaluated_weights`:
+    "best", "last" or "average-last-K"). Runs are compared only when these are equal."""
 
-    From `configs/quickstart-reference.json`: per recipe, minutes, device kind and
-    overrides (`--set`, the seed's excepted), the median and range of test BLEU over
-    the recorded seeds. Runs of another version of the recipe file (`recipe_digest`,
-    where both are known) do not count. Says so when none is recorded.
+    beam: int
+    alpha: float
+    weights: str
+
+    def describe(self) -> str:
+        return f"beam {self.beam}, alpha {self.alpha:g}, weights {self.weights}"
+
+
+def reference_line(
+    recipe: str | Path,
+    minutes: float,
+    device: str,
+    scoring: Scoring,
+    overrides: tuple[str, ...] = (),
+) -> str:
+    """The line printed next to BLEU: recorded runs of this recipe, budget and scoring.
+
+    From `configs/quickstart-reference.json`: per recipe, minutes, device kind,
+    overrides (`--set`, the seed's excepted) and `scoring` (beam, alpha, weights rule),
+    the median and range of test BLEU over the recorded seeds. Runs of another version
+    of the recipe file (`recipe_digest`, where both are known), and entries that do not
+    record their scoring, do not count. Says so when none is recorded.
     """
     name, kind = Path(recipe).name, device.split(":")[0]
     wanted = [o for o in overrides if not o.startswith("train.seed=")]
@@ -371,15 +432,20 @@ def reference_line(
         same_run = (entry["recipe"], entry["minutes"], entry["device"]) == (name, minutes, kind)
         recorded = entry.get("recipe_sha256")
         same_version = digest is None or recorded is None or recorded == digest
-        if same_run and same_version and entry.get("overrides", []) == wanted:
+        scored = (entry.get("beam"), entry.get("alpha"), entry.get("weights"))
+        same_scoring = scored == (scoring.beam, scoring.alpha, scoring.weights)
+        if same_run and same_version and same_scoring and entry.get("overrides", []) == wanted:
             bleu = entry["bleu"]
             return (
                 f"reference on {entry['machine']}: median {statistics.median(bleu):.2f} BLEU "
                 f"(range {min(bleu):.2f}-{max(bleu):.2f}) over {len(bleu)} seed"
-                f"{'s' if len(bleu) != 1 else ''}, {minutes:g} minutes"
+                f"{'s' if len(bleu) != 1 else ''}, {minutes:g} minutes, {scoring.describe()}"
             )
     settings = "".join(f" {o}" for o in wanted)
-    return f"reference: none recorded yet for {name}{settings} at {minutes:g} minutes on {kind}"
+    return (
+        f"reference: none recorded yet for {name}{settings} at {minutes:g} minutes on {kind} "
+        f"with {scoring.describe()}"
+    )
 
 
 def train_longer_command(config: QuickstartConfig) -> str:
