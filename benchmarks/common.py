@@ -296,12 +296,86 @@ def load_average() -> list[float] | None:
         return None
 
 
-def provenance() -> dict[str, Any]:
-    """What a results file records about its run: date, machine, CPU flags, versions,
-    the commit measured, the command line and the load average at its end."""
+# A benchmark imports this module before it builds or times anything, so the run's own
+# start and the load average before its timed part are taken here, once per run.
+STARTED = time.strftime("%Y-%m-%d %H:%M")
+LOAD_BEFORE = load_average()
+# Above this 1-minute load average per core, other work beside the run can skew its
+# timings: 1.5 on a 2-core machine.
+QUIET_LOAD_PER_CORE = 0.75
+_WARNED = False  # the warning is said once per run
+
+
+def load_record(
+    before: list[float] | None,
+    after: list[float] | None,
+    threads: int | None,
+    cores: int | None,
+) -> dict[str, Any]:
+    """The load a run was measured under, and whether it was too high (`noisy`).
+
+    The 1-minute load average after the timed part counts the run's own `threads` too, so
+    they are taken off it; a run is noisy when the other work, before or after, came above
+    QUIET_LOAD_PER_CORE x `cores`.
+
+    Args:
+        before: the 1, 5 and 15-minute load averages when the run started (None: unknown).
+        after: the same when the timed part ended.
+        threads: the threads the timed part ran (None: unknown, taken as 0).
+        cores: the machine's cores (None: unknown).
+
+    Returns:
+        {"before", "after", "threads", "cores", "limit", "noisy"}; `limit` and `noisy` are
+        None where the cores or either load average are unknown.
+    """
+    limit = None if cores is None else round(QUIET_LOAD_PER_CORE * cores, 2)
+    noisy = None
+    if limit is not None and before is not None and after is not None:
+        others = max(before[0], after[0] - (threads or 0))
+        noisy = others > limit
     return {
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "load_average": load_average(),
+        "before": before,
+        "after": after,
+        "threads": threads,
+        "cores": cores,
+        "limit": limit,
+        "noisy": noisy,
+    }
+
+
+def recorded_threads(payload: dict[str, Any]) -> int | None:
+    """The most threads a results payload says its timed part ran ("threads" in its args or
+    at its top; "2,1" gives 2), or None."""
+    args = payload.get("args")
+    value = args.get("threads") if isinstance(args, dict) else None
+    value = payload.get("threads") if value is None else value
+    counts = [int(part) for part in str(value).split(",") if part.strip().isdigit()]
+    return max(counts) if value is not None and counts else None
+
+
+def provenance(threads: int | None = None) -> dict[str, Any]:
+    """What a results file records about its run: its start, machine, CPU flags, versions,
+    the commit measured, the command line, the load average at its end, and the load
+    before and after its timed part (`load_record`). A noisy load is said on stderr.
+
+    Args:
+        threads: the threads the timed part ran, taken off the load after it.
+    """
+    global _WARNED
+    after = load_average()
+    load = load_record(LOAD_BEFORE, after, threads, os.cpu_count())
+    if load["noisy"] and not _WARNED:
+        _WARNED = True
+        print(
+            f"warning: load average {LOAD_BEFORE[0]} before and {after[0]} after the timed "
+            f"part ({threads or 0} thread(s) of its own), above {load['limit']} for "
+            f"{load['cores']} cores: the results file is marked as measured under load",
+            file=sys.stderr,
+        )
+    return {
+        "date": STARTED,
+        "load_average": after,
+        "load": load,
         "machine": machine(),
         "cpu_flags": cpu_flags(),
         "versions": versions(),
@@ -311,10 +385,11 @@ def provenance() -> dict[str, Any]:
 
 
 def write_json(name: str, payload: dict[str, Any]) -> Path:
-    """RESULTS/NAME.json: `provenance()` and `payload`."""
+    """RESULTS/NAME.json: `provenance()` (its load less the payload's threads) and `payload`."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps({**provenance(), **payload}, indent=1) + "\n")
+    record = {**provenance(recorded_threads(payload)), **payload}
+    path.write_text(json.dumps(record, indent=1) + "\n")
     return path
 
 

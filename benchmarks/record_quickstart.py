@@ -6,10 +6,11 @@
                                             # src/aiayn/configs/quickstart-reference.json
 
 It writes `benchmarks/results/NAME.json`: the run's results.json under "results", with
-the provenance of every results file (date, machine, CPU flags, versions, commit, load
-average) and, as "command", the `aiayn quickstart` line that repeats the run (rebuilt
-from results.json unless `--command` gives it). Record from the checkout that ran it,
-right after the run: the commit and the machine are read now.
+the provenance of every results file (machine, CPU flags, versions, commit) and, as
+"command", the `aiayn quickstart` line that repeats the run (rebuilt from results.json
+unless `--command` gives it). Its date is the run's own (results.json's); no load average
+is recorded, as the load now is not the one the run trained under. Record from the
+checkout that ran it, right after the run: the commit and the machine are read now.
 """
 
 from __future__ import annotations
@@ -66,6 +67,11 @@ def record(run_out: Path, name: str, command: str | None = None) -> Path:
     if missing:
         raise ValueError(f"{path} has no {', '.join(missing)}: rerun it with this version")
     data = {**common.provenance(), "command": command or quickstart_command(results)}
+    # The run ended before this script started: its date is the run's own, and the load
+    # now says nothing of the load it ran under.
+    del data["date"], data["load_average"], data["load"]
+    if "date" in results:
+        data["date"] = results["date"]
     data["results"] = results
     common.RESULTS.mkdir(parents=True, exist_ok=True)
     written = common.RESULTS / f"{name}.json"

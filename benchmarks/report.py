@@ -12,7 +12,8 @@ Every table in README.md that holds measured figures sits between two markers,
 
 and is rendered here from `benchmarks/results/*.json` (each written by the script that
 measured it), with a line naming the file, its date, machine, CPU features, torch
-version, threads, commit and command, and what the file does not record.
+version, threads, load average, commit and command, and what the file does not record;
+under it, a mark where the run was measured under load (`load_mark`).
 `tests/test_readme_figures.py` runs the check, so a figure edited by hand, or a
 results file re-measured without `--write`, fails the suite.
 """
@@ -79,10 +80,43 @@ def recorded_commit(data: dict[str, Any]) -> str | None:
     return data.get("commit") or data.get("library", {}).get("commit")
 
 
-def source(name: str, data: dict[str, Any] | None = None, record: str | None = None) -> str:
-    """One line: where a table's figures come from, and what that file does not record.
+def load_mark(data: dict[str, Any], needs_quiet: bool = False) -> str | None:
+    """The mark of figures measured under load, or None.
+
+    A results file's `load` record (benchmarks/common.py, `load_record`) says whether other
+    work beside the run kept the load average above 0.75 per core; such a file is marked
+    wherever it is shown. A table of absolute latencies or throughputs measured one system at a time
+    (`needs_quiet`: serve, generate) is marked also when its file records no quiet load.
+    """
+    load = data.get("load")
+    if load and load.get("noisy"):
+        return (
+            f"**Measured under load:** load average {load['before'][0]:g} before and "
+            f"{load['after'][0]:g} after the timed part ({load['threads'] or 0} thread(s) of "
+            f"its own), above {load['limit']:g} for {load['cores']} cores; the figures may be "
+            "lower than on a quiet machine."
+        )
+    if needs_quiet and not (load and load.get("noisy") is False):
+        end = data.get("load_average")
+        at_end = f" ({end[0]:g} at its end, its own threads included)" if end else ""
+        return (
+            f"**Load not recorded** before the timed part{at_end}: these figures are not "
+            "known to come from a quiet machine."
+        )
+    return None
+
+
+def source(
+    name: str,
+    data: dict[str, Any] | None = None,
+    record: str | None = None,
+    needs_quiet: bool = False,
+) -> str:
+    """One line: where a table's figures come from, and what that file does not record;
+    then, on a line of its own, `load_mark`'s mark where there is one.
 
     `record`: the key of the file's sub-record the table comes from, if not the whole file.
+    `needs_quiet`: the table's figures need a quiet machine (see `load_mark`).
     """
     data = load(name) if data is None else data
     said = [f"`benchmarks/results/{name}.json`" + (f" record `{record}`" if record else "")]
@@ -106,8 +140,13 @@ def source(name: str, data: dict[str, Any] | None = None, record: str | None = N
     threads = data.get("args", {}).get("threads", data.get("threads"))
     if threads is not None:
         said.append(f"{threads} thread{'s' if str(threads) != '1' else ''}")
-    load_average = data.get("load_average")
-    if load_average:
+    run_load, load_average = data.get("load"), data.get("load_average")
+    if run_load and run_load.get("before") and run_load.get("after"):
+        said.append(
+            f"load average {run_load['before'][0]:g} before and {run_load['after'][0]:g} "
+            "after its timed part"
+        )
+    elif load_average:
         said.append(f"load average {load_average[0]:g} at its end")
     commit = recorded_commit(data)
     if commit:
@@ -125,7 +164,8 @@ def source(name: str, data: dict[str, Any] | None = None, record: str | None = N
             + ", ".join(missing)
             + "."
         )
-    return line
+    mark = load_mark(data, needs_quiet)
+    return line if mark is None else f"{line}\n\n{mark}"
 
 
 # ----- tables --------------------------------------------------------------------------
@@ -576,7 +616,7 @@ def serve(name: str) -> str:
     headers += ["429s", "vs one at a time"]
     settings = f"Beam {data['beam']}, --max-wait-ms {data['max_wait_ms']:g}, "
     settings += f"{data['threads']} torch thread per server, {data['rounds']} rounds per cell."
-    return settings + "\n\n" + table(headers, rows) + "\n\n" + source(name, data)
+    return settings + "\n\n" + table(headers, rows) + "\n\n" + source(name, data, needs_quiet=True)
 
 
 SHAPE_NAMES = {
@@ -643,7 +683,8 @@ def generate(name: str) -> str:
         )
     headers = ["shape", "batch", "aiayn fp32 tok/s", "aiayn bf16 tok/s"]
     headers += ["aiayn / HF, fp32", "aiayn bf16 / HF fp32", "aiayn / HF, bf16"]
-    return table(headers, rows) + "\n\n† across precisions.\n\n" + source(name, data)
+    notes = "† across precisions."
+    return "\n\n".join([table(headers, rows), notes, source(name, data, needs_quiet=True)])
 
 
 def span(values: list[float]) -> str:

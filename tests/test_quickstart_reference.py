@@ -130,13 +130,17 @@ def test_record_copies_results_with_provenance_and_the_command(monkeypatch, tmp_
     monkeypatch.setattr(record.common, "RESULTS", tmp_path / "results")
     run = tmp_path / "run"
     run.mkdir()
-    results = run_results(2, 21.0, 41.0, overrides=["train.lr_scale=2"], average_last=5)
+    results = run_results(
+        2, 21.0, 41.0, overrides=["train.lr_scale=2"], average_last=5, date="2026-11-20"
+    )
     (run / "results.json").write_text(json.dumps(results), encoding="utf-8")
     written = record.record(run, "quickstart-seed2-15min")
     data = json.loads(written.read_text(encoding="utf-8"))
     assert data["results"] == results
-    for key in ("date", "machine", "cpu_flags", "versions", "commit", "load_average"):
+    for key in ("date", "machine", "cpu_flags", "versions", "commit"):
         assert key in data, key
+    assert data["date"] == "2026-11-20"  # the run's, not the recording's
+    assert "load_average" not in data and "load" not in data  # not the run's load
     assert shlex.split(data["command"]) == [
         "aiayn", "quickstart", "--minutes", "15", "--seed", "2", "--device", "cpu",
         "--set", "train.lr_scale=2", "--average", "5",

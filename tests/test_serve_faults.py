@@ -203,25 +203,27 @@ def test_a_client_that_leaves_frees_its_work(translator: Translator, run: Path) 
 
 @pytest.mark.slow  # a server process: a few seconds to import and load
 def test_sigterm_answers_the_requests_in_flight_then_exits_0(run: Path) -> None:
-    server = ProcessServer(run, "--max-wait-ms", "800")  # so that they are still queued at SIGTERM
+    # The batch waits 3 s for more sentences, so that all six are still queued at SIGTERM
+    # (the drain answers them when that wait ends).
+    server = ProcessServer(run, "--max-wait-ms", "3000")
     texts = sentences(6, seed=4)
 
-    async def ask_then_stop() -> list[httpx.Response]:
+    async def ask_then_stop() -> tuple[bool, list[httpx.Response]]:
         async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
             asking = [
                 asyncio.ensure_future(client.post("/v1/translate", json={"text": t})) for t in texts
             ]
-            limit = time.monotonic() + 10
-            while time.monotonic() < limit:
-                metrics = (await client.get("/metrics")).text
-                if re.search(r"^aiayn_queue_depth 6$", metrics, re.MULTILINE):
-                    break
+            queued, limit = False, time.monotonic() + 3  # later, the batch has left
+            while not queued and time.monotonic() < limit:
                 await asyncio.sleep(0.02)
+                metrics = (await client.get("/metrics")).text
+                queued = re.search(r"^aiayn_queue_depth 6$", metrics, re.MULTILINE) is not None
             server.process.send_signal(signal.SIGTERM)
-            return await asyncio.gather(*asking)
+            return queued, await asyncio.gather(*asking)
 
     try:
-        replies = asyncio.run(ask_then_stop())
+        queued, replies = asyncio.run(ask_then_stop())
+        assert queued, "the six requests were never all queued: SIGTERM had nothing to drain"
         assert [r.status_code for r in replies] == [200] * len(texts)
         assert all(r.json()["translations"][0]["translation"] is not None for r in replies)
         assert server.process.wait(timeout=30) == 0
