@@ -99,7 +99,8 @@ class DecoderOnly(PreSoftmaxProjection):
 
     def new_cache(self) -> KVCache:
         """An empty key/value cache: one growing self-attention store per layer."""
-        return KVCache.empty(self.cfg.n_decoder_layers, cross=False)
+        kernels = [layer.self_attn.kernel for layer in self.decoder.layers]
+        return KVCache.empty(self.cfg.n_decoder_layers, cross=False, kernels=kernels)
 
     def start(self, prompt: Tensor, beam: int = 1) -> DecoderOnlyDecoding:
         """Begin continuing (B, T) unpadded prompts for `aiayn.inference.search`, `beam` rows each."""

@@ -419,7 +419,8 @@ class Transformer(PreSoftmaxProjection):
 
     def new_cache(self, group: int = 1) -> KVCache:
         """An empty key/value cache for incremental decoding (`group`: see `KVCache.empty`)."""
-        return KVCache.empty(self.cfg.n_decoder_layers, cross=True, group=group)
+        kernels = [layer.self_attn.kernel for layer in self.decoder.layers]
+        return KVCache.empty(self.cfg.n_decoder_layers, cross=True, group=group, kernels=kernels)
 
     def start(self, src: Tensor, beam: int = 1) -> EncoderDecoderDecoding:
         """Encode a batch for the search (`aiayn.inference.search.Decodable`), `beam` rows per sentence."""

@@ -21,11 +21,13 @@ against the rest of the model (`check_positions`), so nothing else names a kerne
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch import Tensor
 
+from aiayn.nn.kv_cache import LayerKV, expand_kv
 from aiayn.plugins import Registry
 
 if TYPE_CHECKING:
@@ -34,10 +36,10 @@ if TYPE_CHECKING:
 
 
 class CacheKind(str, Enum):
-    """What a kernel keeps between incremental decoding steps."""
+    """What a kernel keeps between incremental decoding steps (its `new_cache`)."""
 
-    KEYS_VALUES = "keys_values"  # every past key and value (`aiayn.nn.attention.LayerKV`)
-    NONE = "none"  # no cached decoding: each step attends the whole prefix again
+    KEYS_VALUES = "keys_values"  # every past key and value (`aiayn.nn.kv_cache.LayerKV`)
+    STATE = "state"  # a fixed-size summary of the past (linear attention's S and z)
 
 
 class Kernel:
@@ -83,8 +85,55 @@ class Kernel:
         """
         raise NotImplementedError
 
+    def new_cache(self) -> Any:
+        """An empty store for incremental decoding (`KVCache` asks each layer's kernel):
+        a growing `LayerKV` of past keys and values by default. A kernel whose `cache`
+        is `CacheKind.STATE` returns its own store, with `length` and `reorder(index)`."""
+        return LayerKV(static=False)
+
+    def attend_cached(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        cache: Any,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        need_weights: bool = False,
+        bias: Tensor | None = None,
+        kv_of_head: tuple[int, ...] | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attend from this step's queries, after adding this step's keys and values to
+        `cache` (one made by `new_cache`). The queries are the last T of the L + T positions.
+
+        Args:
+            q: (B, H, T, Dk) queries; k, v: (B, Hkv, T, D) this step's keys and values.
+            cache: the store; kv_of_head: irregular head groups (`expand_kv`).
+            The others are `__call__`'s.
+
+        Returns:
+            As `__call__`; by default the kernel over the whole prefix's keys and values.
+        """
+        k, v = cache.append(k, v)  # (B, Hkv, L + T, D)
+        k, v = expand_kv(k, v, kv_of_head)
+        return self(q, k, v, mask, causal, 0.0, need_weights, bias)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+class FunctionKernel(Kernel):
+    """A plain attention function (`attend`'s signature) as a kernel that declares
+    nothing beyond the defaults: what `MultiHeadAttention(kernel=fn)` wraps."""
+
+    def __init__(self, function: Callable[..., tuple[Tensor, Tensor | None]]) -> None:
+        self.function = function
+
+    def __call__(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor | None]:
+        return self.function(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"FunctionKernel({getattr(self.function, '__name__', self.function)!r})"
 
 
 KERNELS: Registry[type[Kernel]] = Registry(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from aiayn.nn.attention import attend
 from aiayn.nn.kernels import KERNELS, Kernel
+from aiayn.nn.kernels.sdpa import attend
 
 
 @KERNELS.register("explicit")

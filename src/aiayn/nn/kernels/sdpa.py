@@ -1,11 +1,130 @@
-"""The default kernel: PyTorch's fused scaled dot-product attention (section 3.2.1)."""
+"""Scaled dot-product attention (section 3.2.1), and the default kernel that runs it.
+
+Shape legend: B batch, H query heads, Hkv key/value heads (H is a multiple of Hkv),
+T query length, S key/value length, Dk query/key head size, Dv value head size.
+
+`attend` is the attention math alone, with a written contract: bool masks
+(True = may attend), bottom-right causal alignment when T < S (the earlier keys
+come from a cache), a float bias added to the scaled scores, and a zero output, not
+NaN, for a query with no key to attend. It has two paths with one meaning: PyTorch's
+fused `scaled_dot_product_attention`, and the formula written out, which also
+returns the weights. `SdpaKernel` is the kernel that calls it.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import math
+
+import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from aiayn.nn.attention import attend
 from aiayn.nn.kernels import KERNELS, Kernel
+from aiayn.nn.masks import causal_mask
+
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    causal: bool = False,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+    bias: Tensor | None = None,
+) -> tuple[Tensor, Tensor | None]:
+    """softmax(Q K^T / sqrt(d_k) + bias) V, with masked scores set to -inf before the softmax.
+
+    Two paths with one meaning: `torch.nn.functional.scaled_dot_product_attention`
+    (fused kernels, FlashAttention-class on GPU) unless `need_weights`, and an
+    explicit path that also returns the attention weights. A query that may attend
+    no key at all (a fully padded row) gets a zero output and zero weights, not NaN.
+    A position bias goes to SDPA as a float mask, so the fused path stays.
+
+    Args:
+        q: (B, H, T, Dk) queries.
+        k: (B, Hkv, S, Dk) keys.
+        v: (B, Hkv, S, Dv) values.
+        mask: bool, broadcastable to (B, H, T, S); True = may attend.
+        causal: also forbid keys after each query; with T < S the queries are the
+            last T positions (the earlier keys come from a cache).
+        dropout_p: dropout on the attention weights.
+        need_weights: take the explicit path and return the weights.
+        bias: float, broadcastable to (B, H, T, S), added to the scaled scores
+            (relative-position biases, ALiBi).
+
+    Returns:
+        (B, H, T, Dv) outputs and, if `need_weights`, the (B, H, T, S) weights.
+    """
+    n_heads, n_kv_heads = q.size(1), k.size(1)
+    if n_heads % n_kv_heads != 0:
+        raise ValueError(
+            f"query heads ({n_heads}) must be a multiple of key/value heads ({n_kv_heads})"
+        )
+    t_len, s_len = q.size(-2), k.size(-2)
+    if causal and t_len == 1:
+        causal = False  # one query, the newest position: it may attend every key
+    if causal and (mask is not None or bias is not None or need_weights or t_len != s_len):
+        # SDPA's is_causal aligns to the top-left; with a cache we need bottom-right.
+        causal_part = causal_mask(t_len, s_len, device=q.device)
+        mask = causal_part if mask is None else mask & causal_part
+        causal = False
+    dtype = q.dtype
+    in_float32 = not need_weights and _float32_under_cpu_autocast(q)
+    if in_float32:  # see _float32_under_cpu_autocast
+        q, k, v = q.float(), k.float(), v.float()
+    # Rows with no key to attend: let them attend everything, zero them afterwards,
+    # so that neither the output nor its gradient becomes NaN.
+    has_key = None
+    if mask is not None:
+        has_key = mask.any(dim=-1, keepdim=True)  # (.., T, 1)
+        mask = mask | ~has_key
+    scores_mask = mask
+    if bias is not None:
+        bias = bias.to(q.dtype)
+        scores_mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
+
+    if not need_weights:
+        with torch.autocast("cpu", enabled=False) if in_float32 else contextlib.nullcontext():
+            out = F.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                attn_mask=scores_mask,
+                dropout_p=dropout_p,
+                is_causal=causal,
+                enable_gqa=n_kv_heads != n_heads,
+            ).to(dtype)
+        if has_key is not None:
+            out = out.masked_fill(~has_key, 0.0)
+        return out, None
+
+    if n_kv_heads != n_heads:  # each key/value head serves a group of query heads
+        k = k.repeat_interleave(n_heads // n_kv_heads, dim=1)
+        v = v.repeat_interleave(n_heads // n_kv_heads, dim=1)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, T, S)
+    if scores_mask is not None and scores_mask.dtype == torch.bool:
+        scores = scores.masked_fill(~scores_mask, float("-inf"))
+    elif scores_mask is not None:
+        scores = scores + scores_mask
+    weights = scores.softmax(dim=-1)
+    if has_key is not None:
+        weights = weights.masked_fill(~has_key, 0.0)
+    out = F.dropout(weights, p=dropout_p) @ v  # (B, H, T, Dv)
+    return out, weights
+
+
+def _float32_under_cpu_autocast(q: Tensor) -> bool:
+    """Whether the fused path runs in float32 although CPU autocast gave it bfloat16.
+
+    Mixed-precision training on the CPU (`TrainConfig.precision` bf16) autocasts the
+    projections to bfloat16, and SDPA with them; but PyTorch's CPU kernels of fused
+    attention are slower in bfloat16 than in float32 (forward and backward;
+    `benchmarks/profile_train.py` shows it), so the attention itself is computed in float32, as the softmax of
+    mixed-precision training usually is, and its output returned in bfloat16.
+    """
+    return q.device.type == "cpu" and q.dtype == torch.bfloat16 and torch.is_autocast_enabled("cpu")
 
 
 @KERNELS.register("sdpa")

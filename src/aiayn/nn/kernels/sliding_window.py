@@ -40,8 +40,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from aiayn.nn.attention import attend
 from aiayn.nn.kernels import KERNELS, Kernel
+from aiayn.nn.kernels.sdpa import attend
 
 if TYPE_CHECKING:
     from aiayn.config import ModelConfig
