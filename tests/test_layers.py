@@ -74,7 +74,7 @@ def test_no_import_circle():
 def test_the_circle_finder_finds_a_circle():
     graph = _graph()
     graph.add_import(importer="aiayn.nn.kv_cache", imported="aiayn.nn.attention")
-    assert ["aiayn.nn.attention", "aiayn.nn.kv_cache"] in _circles(graph)
+    assert any({"aiayn.nn.attention", "aiayn.nn.kv_cache"} <= set(c) for c in _circles(graph))
 
 
 def test_every_package_module_is_in_a_layer():
