@@ -1,0 +1,180 @@
+"""Linear attention (Katharopoulos et al. 2020, "Transformers are RNNs"), section 3.2.
+
+softmax(q k^T) is replaced by the kernel phi(q) phi(k)^T with phi(x) = elu(x) + 1, so
+
+    out_i = phi(q_i)^T S / phi(q_i)^T z,   S = sum_j phi(k_j) v_j^T,   z = sum_j phi(k_j)
+
+and the (T, S) score matrix is never formed: time and memory grow linearly with length.
+Causal attention takes the sums over j <= i (prefix sums, their eq. 8-9), and
+incremental decoding keeps only S and z (`LinearAttentionState`): constant memory
+per step, the recurrent form of their section 3.4.
+
+Shape legend: B batch, H query heads, Hkv key/value heads, T queries, S keys (the
+queries are the last T of the S positions), Dk query/key head size, Dv value head size.
+
+Departures: no score bias (relative positions, ALiBi) and no attention dropout, since
+there are no scores; a key-padding mask only, (B, 1, 1, S). The weights, when asked
+for, are the normalised phi(q_i) . phi(k_j), computed explicitly (O(T S)) for drawing.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from aiayn.nn.kernels import KERNELS, CacheKind, Kernel
+from aiayn.nn.kv_cache import expand_kv
+
+
+def feature_map(x: Tensor) -> Tensor:
+    """phi(x) = elu(x) + 1: positive, so every normaliser phi(q) . sum phi(k) is > 0."""
+    return F.elu(x) + 1.0
+
+
+def _heads(q: Tensor, x: Tensor) -> Tensor:
+    """(B, Hkv, L, D) -> (B, H, L, D): each key/value head serves H / Hkv query heads."""
+    return x.repeat_interleave(q.size(1) // x.size(1), dim=1) if x.size(1) != q.size(1) else x
+
+
+def _key_rows(mask: Tensor | None, s_len: int) -> Tensor | None:
+    """A key-padding mask (B, 1, 1, S) as (B, 1, S, 1) floats (1 = a real key), or None."""
+    if mask is None:
+        return None
+    if mask.dim() != 4 or mask.size(-2) != 1 or mask.size(-1) != s_len:
+        raise ValueError(
+            f"linear attention takes a key mask (B, 1, 1, S={s_len}), got {tuple(mask.shape)}"
+        )
+    return mask[:, :, 0, :, None].float()
+
+
+def _divide(numerator: Tensor, normaliser: Tensor) -> Tensor:
+    """numerator / normaliser, with 0 where no key was seen (a fully padded row)."""
+    safe = torch.where(normaliser > 0, normaliser, torch.ones_like(normaliser))
+    return torch.where(normaliser > 0, numerator / safe, torch.zeros_like(numerator))
+
+
+class LinearAttentionState:
+    """What causal linear attention keeps of the past: S = sum phi(k) v^T and z = sum phi(k)
+    per key/value head, and how many positions they sum. Its size does not grow."""
+
+    static = False  # a growing store, as `MultiHeadAttention` tells them apart
+
+    def __init__(self) -> None:
+        self.sums: Tensor | None = None  # S: (B, Hkv, Dk, Dv)
+        self.normaliser: Tensor | None = None  # z: (B, Hkv, Dk)
+        self.length = 0
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows `index` (beam search: follow each hypothesis's parent)."""
+        if self.sums is not None:
+            self.sums = self.sums.index_select(0, index)
+            self.normaliser = self.normaliser.index_select(0, index)
+
+
+@KERNELS.register("linear")
+class LinearAttentionKernel(Kernel):
+    """elu + 1 linear attention: full and causal forms, cached decoding as a recurrent state."""
+
+    takes_bias = False
+    takes_full_mask = False
+    full_scores = False
+    cache = CacheKind.STATE
+
+    def __call__(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        dropout_p: float = 0.0,
+        need_weights: bool = False,
+        bias: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        self._check(bias, dropout_p)
+        t_len, s_len = q.size(-2), k.size(-2)
+        phi_q = feature_map(q)  # (B, H, T, Dk)
+        phi_k, v = _heads(q, feature_map(k)), _heads(q, v)  # (B, H, S, D)
+        keys = _key_rows(mask, s_len)
+        if keys is not None:  # padded keys add nothing to S or z
+            phi_k = phi_k * keys
+        if not causal:
+            sums = phi_k.transpose(-2, -1) @ v  # (B, H, Dk, Dv)
+            out = _divide(phi_q @ sums, phi_q @ phi_k.sum(-2)[..., None])  # (B, H, T, Dv)
+        else:  # prefix sums; query i stands at position s_len - t_len + i
+            sums = torch.cumsum(phi_k[..., :, None] * v[..., None, :], dim=2)  # (B, H, S, Dk, Dv)
+            normaliser = torch.cumsum(phi_k, dim=2)  # (B, H, S, Dk)
+            sums, normaliser = sums[:, :, s_len - t_len :], normaliser[:, :, s_len - t_len :]
+            numerator = (phi_q[..., None, :] @ sums).squeeze(-2)  # (B, H, T, Dv)
+            out = _divide(numerator, (phi_q * normaliser).sum(-1, keepdim=True))
+        weights = self._weights(phi_q, phi_k, causal) if need_weights else None
+        return out.to(q.dtype), weights
+
+    def new_cache(self) -> LinearAttentionState:
+        return LinearAttentionState()
+
+    def attend_cached(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        cache: LinearAttentionState,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        need_weights: bool = False,
+        bias: Tensor | None = None,
+        kv_of_head: tuple[int, ...] | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Add this step's keys and values to S and z, then attend from them (causal)."""
+        self._check(bias, 0.0)
+        if need_weights:
+            raise ValueError(
+                "linear attention keeps no keys while decoding: its weights exist only for a "
+                "whole sequence (attention_maps)"
+            )
+        t_len = q.size(-2)
+        phi_k = feature_map(k)  # (B, Hkv, T, Dk)
+        keys = None if mask is None else _key_rows(mask, cache.length + t_len)
+        if keys is not None:  # the new keys' own columns of the mask
+            phi_k = phi_k * keys[:, :, -t_len:]
+        steps = torch.cumsum(phi_k[..., :, None] * v[..., None, :], dim=2)  # (B, Hkv, T, Dk, Dv)
+        normalisers = torch.cumsum(phi_k, dim=2)  # (B, Hkv, T, Dk)
+        if cache.sums is not None:
+            steps = steps + cache.sums[:, :, None]
+            normalisers = normalisers + cache.normaliser[:, :, None]
+        cache.sums, cache.normaliser = steps[:, :, -1], normalisers[:, :, -1]
+        cache.length += t_len
+        # each query head reads its key/value head's sums: (B, H, T, Dk, Dv) and (B, H, T, Dk)
+        steps, normalisers = self._per_query_head(q, steps, normalisers, kv_of_head)
+        phi_q = feature_map(q)  # (B, H, T, Dk)
+        numerator = (phi_q[..., None, :] @ steps).squeeze(-2)  # (B, H, T, Dv)
+        out = _divide(numerator, (phi_q * normalisers).sum(-1, keepdim=True))
+        return out.to(q.dtype), None
+
+    @staticmethod
+    def _per_query_head(
+        q: Tensor, steps: Tensor, normalisers: Tensor, kv_of_head: tuple[int, ...] | None
+    ) -> tuple[Tensor, Tensor]:
+        if kv_of_head is not None:  # irregular groups (pruned heads): one index per head
+            return expand_kv(steps, normalisers, kv_of_head)
+        return _heads(q, steps), _heads(q, normalisers)
+
+    @staticmethod
+    def _weights(phi_q: Tensor, phi_k: Tensor, causal: bool) -> Tensor:
+        """The implicit weights phi(q_i) . phi(k_j) / sum_j', (B, H, T, S), for drawing."""
+        scores = phi_q @ phi_k.transpose(-2, -1)  # (B, H, T, S), >= 0; padded keys are 0
+        if causal:
+            t_len, s_len = scores.shape[-2:]
+            allowed = torch.ones(t_len, s_len, dtype=torch.bool, device=scores.device)
+            scores = scores * allowed.tril(diagonal=s_len - t_len)
+        return _divide(scores, scores.sum(-1, keepdim=True))
+
+    @staticmethod
+    def _check(bias: Tensor | None, dropout_p: float) -> None:
+        if bias is not None:
+            raise ValueError("linear attention takes no score bias (it forms no scores)")
+        if dropout_p > 0:
+            raise ValueError(
+                "linear attention forms no weights to drop: set ModelConfig.attention_dropout 0"
+            )
