@@ -107,12 +107,15 @@ class Embedding(nn.Module):
         return self.dropout(x)
 
 
-def _embedding(cfg: ModelConfig, tokens: nn.Embedding, causal: bool) -> Embedding:
-    """A stack's embedding: its position scheme, and BERT's token types and LayerNorm
-    when the config has them (token types: the encoder's input only)."""
-    token_types = None
-    if cfg.type_vocab_size > 0 and not causal:
-        token_types = nn.Embedding(cfg.type_vocab_size, cfg.d_model)
+def _embedding(
+    cfg: ModelConfig, tokens: nn.Embedding, causal: bool, token_types: bool = False
+) -> Embedding:
+    """A stack's embedding: its position scheme (for a `causal` stack or not), and
+    BERT's token types (where the stack reads them, `token_types`: the encoder's input)
+    and LayerNorm when the config has them."""
+    types = None
+    if cfg.type_vocab_size > 0 and token_types:
+        types = nn.Embedding(cfg.type_vocab_size, cfg.d_model)
     norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.embedding_norm else None
     positions = build_positions(cfg.positional, cfg, causal=causal)
     check_positions(cfg, kernel_class(cfg.attention), positions)
@@ -121,7 +124,7 @@ def _embedding(cfg: ModelConfig, tokens: nn.Embedding, causal: bool) -> Embeddin
         positions,
         cfg.dropout,
         cfg.scale_embeddings,
-        token_types,
+        types,
         norm,
     )
 
@@ -184,7 +187,7 @@ class Encoder(nn.Module):
 
     def __init__(self, cfg: ModelConfig, tokens: nn.Embedding) -> None:
         super().__init__()
-        self.embedding = _embedding(cfg, tokens, causal=False)
+        self.embedding = _embedding(cfg, tokens, causal=False, token_types=True)
         self.layers = nn.ModuleList(
             EncoderLayer(
                 _attention(cfg, f"encoder.{i}.self"),
@@ -248,6 +251,7 @@ class Decoder(nn.Module):
         memory_mask: Tensor | None,
         cache: KVCache | None = None,
         need_weights: bool = False,
+        self_mask: Tensor | None = None,
     ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
         """Decode target ids (only the new ones when a cache holds the prefix).
 
@@ -257,6 +261,8 @@ class Decoder(nn.Module):
             memory_mask: bool (B, 1, 1, S), True at real source tokens, or None.
             cache: the key/value stores, filled and extended in place.
             need_weights: also return the attention weights.
+            self_mask: the self-attention pattern, bool (B, 1, T, L + T), instead of
+                the causal one (see `DecoderLayer`); None: causal.
 
         Returns:
             (B, T, D) states, per-layer self-attention and cross-attention weights
@@ -272,8 +278,9 @@ class Decoder(nn.Module):
             has_cross = cache is not None and bool(cache.cross_attention)
             cross_cache = cache.cross_attention[i] if has_cross else None
             x, self_weights, cross_weights = layer(
-                x, memory, memory_mask, self_cache, cross_cache, need_weights, rotary, bias
-            )
+                x, memory, memory_mask, self_cache, cross_cache, need_weights, rotary, bias,
+                self_mask,
+            )  # fmt: skip
             if need_weights:
                 self_maps.append(self_weights)
                 if cross_weights is not None:

@@ -109,6 +109,8 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """Causal self-attention, encoder-decoder attention, then the feed-forward network.
 
+    The self-attention's pattern is causal unless a `self_mask` says otherwise.
+
     Without `cross_attn` it is the block of a decoder-only stack (GPT): causal
     self-attention and the feed-forward network.
     """
@@ -143,6 +145,7 @@ class DecoderLayer(nn.Module):
         need_weights: bool = False,
         rotary: PositionScheme | None = None,
         bias: Tensor | None = None,
+        self_mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None, Tensor | None]:
         """One decoder layer.
 
@@ -153,13 +156,17 @@ class DecoderLayer(nn.Module):
             self_cache, cross_cache: this layer's key/value stores, or None.
             need_weights: also return self- and cross-attention weights.
             rotary, bias: the stack's positions for self-attention.
+            self_mask: the self-attention's pattern as a bool (B, 1, T, L + T) mask,
+                True = may attend, instead of the causal one (a prefix LM's
+                bidirectional prefix, `aiayn.nn.masks.prefix_mask`); None: causal.
 
         Returns:
             (B, T, D) states, self-attention weights or None, cross-attention weights or None.
         """
         h = self.self_residual.sublayer_input(x)
+        causal = self_mask is None
         out, self_weights = self.self_attn(
-            h, h, None, True, self_cache, need_weights, rotary=rotary, bias=bias
+            h, h, self_mask, causal, self_cache, need_weights, rotary=rotary, bias=bias
         )
         x = self.self_residual(x, out)
         cross_weights = None

@@ -60,3 +60,24 @@ def causal_mask(q_len: int, k_len: int, device: torch.device | None = None) -> T
     if q_len > k_len:
         raise ValueError(f"causal_mask needs q_len <= k_len, got q_len={q_len}, k_len={k_len}")
     return relative_positions(q_len, k_len, device) <= 0
+
+
+def prefix_mask(prefix_lengths: Tensor, q_len: int, k_len: int) -> Tensor:
+    """A prefix LM's self-attention pattern (T5's and UniLM's): the first P positions of a
+    row see each other both ways; every other position sees the keys up to its own.
+
+    The queries are the last q_len of k_len positions (as in `causal_mask`).
+
+    Args:
+        prefix_lengths: (B,) P of each row (0: plain causal attention).
+
+    Returns:
+        (B, 1, T, S) bool, True = may attend.
+    """
+    device = prefix_lengths.device
+    query_position = torch.arange(q_len, device=device) + (k_len - q_len)  # (T,)
+    key_position = torch.arange(k_len, device=device)  # (S,)
+    causal = key_position[None, :] <= query_position[:, None]  # (T, S)
+    prefix = prefix_lengths[:, None, None]  # (B, 1, 1)
+    both_in_prefix = (query_position[None, :, None] < prefix) & (key_position[None, None] < prefix)
+    return (causal[None] | both_in_prefix)[:, None]  # (B, 1, T, S)
