@@ -1111,7 +1111,7 @@ def serve(
         typer.Argument(help="Run, checkpoint or converted directory, or a Marian directory."),
     ],
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8000,
     queue_size: Annotated[int, typer.Option(help="Sentences waiting at most (429 above).")] = 256,
     max_tokens: Annotated[
         int, typer.Option(help="Source tokens per batch, padding included.")

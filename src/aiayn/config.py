@@ -159,6 +159,25 @@ def check_field_types(config: Any) -> None:
             raise ValueError(f"{cls.__name__}.{name} must be {_type_words(kind)}, got {value!r}")
 
 
+SEED_MAX = 2**63 - 1
+"""The largest seed taken: torch's generators take up to 2**64 - 1, and a run adds its
+rank to its seed; NumPy's refuse negative seeds."""
+
+
+def check_seed(value: int, name: str) -> None:
+    """Refuse a seed that a random generator would not take (torch, NumPy, `random`).
+
+    Args:
+        value: the seed.
+        name: what to call it in the error (`DecodeConfig.seed`, `--seed`).
+
+    Raises:
+        ValueError: naming `name`, its range [0, 2**63 - 1] and the value.
+    """
+    if not 0 <= value <= SEED_MAX:
+        raise ValueError(f"{name} must lie in [0, 2**63 - 1], got {value}")
+
+
 def _positive(name: str, value: int | None) -> None:
     if value is not None and value <= 0:
         raise ValueError(f"ModelConfig.{name} must be a positive integer, got {value!r}")
@@ -632,6 +651,7 @@ class TrainConfig:
             raise fail("label_smoothing", "in [0, 1)")
         if self.valid_bleu_sentences < 0:
             raise fail("valid_bleu_sentences", "0 (off) or positive")
+        check_seed(self.seed, "TrainConfig.seed")
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise fail("betas", "two numbers in [0, 1)")
         object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))

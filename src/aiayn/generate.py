@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from aiayn.config import ModelConfig
+from aiayn.config import ModelConfig, check_seed
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.inference import freeze
 from aiayn.model_use import DECODER_ONLY, ModelUser, check_shape, check_tokenizer_fits
@@ -166,6 +166,7 @@ class Generator(ModelUser):
         if seed is None:
             generator.seed()
         else:
+            check_seed(seed, "seed")
             generator.manual_seed(seed)
         sampler = sampling_picker(temperature, top_k, top_p, generator)
         return greedy_pick if greedy else sampler

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import shlex
 import statistics
 import time
@@ -38,6 +39,7 @@ import yaml
 
 from aiayn.budget import budget_line, training_budget
 from aiayn.checkpoint import average_last, latest_checkpoint, resolve_weights, step_checkpoints
+from aiayn.config import check_seed
 from aiayn.configs import find_recipe, recipes_dir
 from aiayn.data.batching import TokenBatcher
 from aiayn.data.corpus import CORPUS_FILE, PreparedCorpus
@@ -117,8 +119,10 @@ class QuickstartConfig:
                 f"seed {self.seed} and the override {seeded[0]!r} both set train.seed; "
                 "give one of them"
             )
-        if self.minutes <= 0:
-            raise ValueError(f"minutes must be positive, got {self.minutes}")
+        if not 0 < self.minutes < math.inf:  # nan too
+            raise ValueError(f"minutes must be a positive finite number, got {self.minutes}")
+        if self.seed is not None:
+            check_seed(self.seed, "seed")
         if self.average_last < 1:
             raise ValueError(f"average_last must be at least 1, got {self.average_last}")
         if self.test_pairs is not None and self.test_pairs < 1:

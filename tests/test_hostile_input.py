@@ -1,0 +1,190 @@
+"""Hostile input on the newer surfaces (issue 34, item 8): extreme numbers, invalid
+UTF-8 in arguments, devices that cannot run the model, pruning every model shape,
+malformed Hugging Face directories, degenerate shortlists.
+
+Every case is checked against the same contract as tests/test_bad_input.py: exit 1
+(2 where typer refuses an option itself), no traceback, one error line that names
+the culprit (the option or field, never a word the temporary paths could hold), and
+nothing written.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import aiayn.serve
+from aiayn import ModelConfig
+from aiayn.checkpoint import TOKENIZER_FILE, save_model
+from aiayn.cli import app
+from aiayn.data.tokenizer import train_tokenizer
+from aiayn.decoder_only import DecoderOnly
+from aiayn.encoder_only import EncoderOnly
+from aiayn.fill import CLS, MASK, SEP
+from infer_helpers import make_run, sentences
+
+# ----- the world: a translation run, a GPT run, a BERT run, some files ----------------
+
+
+def _lm_run(root: Path, name: str, model: torch.nn.Module, spm: Path) -> Path:
+    run = root / name
+    save_model(model, run / "checkpoints" / "step-00000001" / "model.safetensors")
+    shutil.copy(spm, run / TOKENIZER_FILE)
+    return run
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("world")
+    spm = root / "lm" / TOKENIZER_FILE
+    tokenizer = train_tokenizer(
+        sentences(300), spm, vocab_size=52, user_defined_symbols=(CLS, SEP, MASK)
+    )
+    shape = {"n_layers": 2, "d_model": 32, "n_heads": 4, "d_ff": 64, "max_len": 24}
+    torch.manual_seed(0)
+    gpt = DecoderOnly(ModelConfig.gpt(vocab_size=tokenizer.vocab_size, dropout=0.0, **shape))
+    bert = EncoderOnly(ModelConfig.bert(vocab_size=tokenizer.vocab_size, dropout=0.0, **shape))
+    (root / "src").write_text("the house\nthe garden\n")
+    (root / "ref").write_text("das haus\nder garten\n")
+    return {
+        "root": root,
+        "mt": make_run(root / "mt"),
+        "gpt": _lm_run(root, "gpt", gpt, spm),
+        "bert": _lm_run(root, "bert", bert, spm),
+    }
+
+
+def _snapshot(directory: Path) -> dict[str, tuple[int, int]]:
+    return {
+        str(p.relative_to(directory)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+
+
+def assert_one_line(result, culprit: str, code: int = 1) -> None:
+    """Exit `code`, no traceback, one error line, naming `culprit`."""
+    output = result.output
+    assert result.exit_code == code, output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(
+        result.exception
+    )
+    assert "Traceback" not in output
+    assert culprit in output, output
+    if code == 1:
+        errors = [line for line in output.splitlines() if "error" in line.lower()]
+        assert len(errors) == 1, output
+
+
+@pytest.fixture
+def no_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`aiayn serve` must refuse before it listens: starting the server fails the test."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("aiayn serve started a server on bad input")
+
+    monkeypatch.setattr(aiayn.serve, "run_server", refuse)
+
+
+def run_case(world, command: str, new: Path) -> object:
+    """Run `command` ({root}, {mt}, {gpt}, {bert}, {new} filled) in-process."""
+    names = {key: str(value) for key, value in world.items()}
+    args = [word.format(**names, new=new) for word in shlex.split(command)]
+    return CliRunner().invoke(app, args)
+
+
+# ----- 1. extreme numbers ------------------------------------------------------------
+# (id, command line, exit code, the words the message must hold). {new} must not exist
+# afterwards; every run directory is unchanged.
+
+NUMBERS = [
+    ("generate-temperature-huge", "generate {gpt} 'In the' --temperature 1e308", "temperature"),
+    ("generate-temperature-tiny", "generate {gpt} 'In the' --temperature 1e-308", "temperature"),
+    ("generate-temperature-inf", "generate {gpt} 'In the' --temperature inf", "temperature"),
+    ("generate-temperature-neg", "generate {gpt} 'In the' --temperature -1", "temperature"),
+    ("generate-top-p-nan", "generate {gpt} 'In the' --top-p nan", "top_p"),
+    ("generate-top-k-0", "generate {gpt} 'In the' --top-k 0", "top_k"),
+    ("generate-seed-neg", "generate {gpt} 'In the' --seed -1", "seed"),
+    ("generate-seed-huge", "generate {gpt} 'In the' --seed 18446744073709551616", "seed"),
+    ("generate-max-tokens-0", "generate {gpt} 'In the' --max-tokens 0", "max_new_tokens"),
+    ("fill-top-k-0", "fill {bert} 'In [MASK]' --top-k 0", "top_k"),
+    (
+        "translate-temp-huge",
+        "translate {mt} -i {root}/src -o {new} --sample --temperature 1e308",
+        "temperature",
+    ),
+    (
+        "translate-temp-tiny",
+        "translate {mt} -i {root}/src -o {new} --sample --temperature 1e-300",
+        "temperature",
+    ),
+    ("translate-seed-neg", "translate {mt} -i {root}/src -o {new} --sample --seed -1", "seed"),
+    (
+        "translate-seed-huge",
+        "translate {mt} -i {root}/src -o {new} --sample --seed 99999999999999999999999",
+        "seed",
+    ),
+    ("translate-alpha-huge", "translate {mt} -i {root}/src -o {new} --alpha 1e308", "alpha"),
+    ("translate-alpha-11", "translate {mt} -i {root}/src -o {new} --alpha 11", "alpha"),
+    ("translate-beam-huge", "translate {mt} -i {root}/src -o {new} --beam 99999999999", "beam"),
+    ("translate-beam-1025", "translate {mt} -i {root}/src -o {new} --beam 1025", "beam"),
+    (
+        "evaluate-alpha-huge",
+        "evaluate {mt} --src {root}/src --ref {root}/ref --out {new} --alpha 1e308",
+        "alpha",
+    ),
+    (
+        "evaluate-beam-huge",
+        "evaluate {mt} --src {root}/src --ref {root}/ref --out {new} --beam 999999",
+        "beam",
+    ),
+    ("attention-alpha-huge", "attention {mt} 'the house' --out {new} --alpha 1e9", "alpha"),
+    ("attention-beam-huge", "attention {mt} 'the house' --out {new} --beam 999999", "beam"),
+    ("quickstart-minutes-nan", "quickstart --out {new} --minutes nan", "minutes"),
+    ("quickstart-minutes-inf", "quickstart --out {new} --minutes inf", "minutes"),
+    ("quickstart-seed-neg", "quickstart --out {new} --seed -1", "seed"),
+    ("quickstart-alpha-huge", "quickstart --out {new} --alpha 1e308", "alpha"),
+    (
+        "prepare-max-ratio-nan",
+        "prepare text --src-train {root}/src --tgt-train {root}/ref --src-lang en --tgt-lang de --out {new} --max-ratio nan",
+        "max_ratio",
+    ),
+    (
+        "prepare-seed-neg",
+        "prepare text --src-train {root}/src --tgt-train {root}/ref --src-lang en --tgt-lang de --out {new} --seed -1",
+        "seed",
+    ),
+    ("serve-deadline-nan", "serve {mt} --deadline nan", "deadline_s"),
+    ("serve-deadline-inf", "serve {mt} --deadline inf", "deadline_s"),
+    ("serve-deadline-neg", "serve {mt} --deadline -1", "deadline_s"),
+    ("serve-max-wait-nan", "serve {mt} --max-wait-ms nan", "max_wait_ms"),
+    ("serve-max-wait-inf", "serve {mt} --max-wait-ms inf", "max_wait_ms"),
+    ("serve-max-wait-neg", "serve {mt} --max-wait-ms -1", "max_wait_ms"),
+    ("serve-threads-huge", "serve {mt} --threads 1099511627776", "threads"),
+    ("serve-queue-0", "serve {mt} --queue-size 0", "queue_size"),
+    ("serve-beam-0", "serve {mt} --max-beam 0", "max_beam"),
+]
+TYPER_REFUSES = [  # typer's own range check: exit 2, the option named
+    ("serve-port-0", "serve {mt} --port 0", "--port"),
+    ("serve-port-huge", "serve {mt} --port 70000", "--port"),
+    ("serve-port-neg", "serve {mt} --port -1", "--port"),
+]
+
+
+@pytest.mark.parametrize(
+    ("command", "culprit", "code"),
+    [(c[1], c[2], 1) for c in NUMBERS] + [(c[1], c[2], 2) for c in TYPER_REFUSES],
+    ids=[c[0] for c in NUMBERS + TYPER_REFUSES],
+)
+def test_numbers_out_of_range_are_refused_by_name(world, no_server, command, culprit, code):
+    new = world["root"] / "new"
+    runs = {name: _snapshot(world[name]) for name in ("mt", "gpt", "bert")}
+    result = run_case(world, command, new)
+    assert_one_line(result, culprit, code)
+    assert not new.exists()
+    assert {name: _snapshot(world[name]) for name in runs} == runs
