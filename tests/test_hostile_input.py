@@ -188,3 +188,71 @@ def test_numbers_out_of_range_are_refused_by_name(world, no_server, command, cul
     assert_one_line(result, culprit, code)
     assert not new.exists()
     assert {name: _snapshot(world[name]) for name in runs} == runs
+
+
+# ----- 2. invalid UTF-8 in text arguments -----------------------------------------------
+# The shell hands Python bytes; those that are not UTF-8 arrive as lone surrogates
+# ("\udcff" for the byte 0xff). (id, command line with BAD where the bytes go, the
+# argument named.)
+
+BAD = "\udcff"
+TEXT = [
+    ("generate-prompt", "generate {gpt} 'In BAD the'", "PROMPT"),
+    ("fill-text", "fill {bert} 'In BAD [MASK]'", "TEXT"),
+    ("attention-sentence", "attention {mt} 'the BAD house' --out {new}", "SENTENCE"),
+    ("attention-lm-sentence", "attention {gpt} 'In BAD the' --out {new}", "SENTENCE"),
+    ("translate-device", "translate {mt} -i {root}/src -o {new} --device cpBAD", "--device"),
+    ("generate-device", "generate {gpt} 'In the' --device cpBAD", "--device"),
+    ("evaluate-split", "evaluate {mt} --split teBADst --out {new}", "--split"),
+    ("heads-split", "heads {mt} --split vaBADlid --out {new}", "--split"),
+    ("prune-heads", "prune {mt} --out {new} --heads encoder.0.selfBAD:1", "--heads"),
+    ("prune-by", "prune {mt} --out {new} --fraction 0.5 --by rBAD", "--by"),
+    ("prune-measure", "prune {mt} --out {new} --fraction 0.5 --measure aBAD", "--measure"),
+    ("prune-kinds", "prune {mt} --out {new} --fraction 0.5 --kinds encBAD", "--kinds"),
+    ("convert-dtype", "convert marian {root} {new} --dtype int8BAD", "--dtype"),
+    ("serve-host", "serve {mt} --host localBAD", "--host"),
+    ("serve-device", "serve {mt} --device cpBAD", "--device"),
+    ("train-override", "train tiny-test model.d_model=BAD --run {new}", "OVERRIDES"),
+    ("quickstart-set", "quickstart --out {new} --set train.seed=BAD", "--set"),
+    ("quickstart-device", "quickstart --out {new} --device cpBAD", "--device"),
+    (
+        "prepare-text-lang",
+        "prepare text --src-train {root}/src --tgt-train {root}/ref --src-lang eBAD "
+        "--tgt-lang de --out {new}",
+        "--src-lang",
+    ),
+    (
+        "prepare-tsv-lang",
+        "prepare tsv --train {root}/src --src-lang en --tgt-lang dBAD --out {new}",
+        "--tgt-lang",
+    ),
+    (
+        "prepare-hf-config",
+        "prepare hf x --config dBAD --src-lang en --tgt-lang de --out {new}",
+        "--config",
+    ),
+    ("prepare-bible-src", "prepare bible --out {new} --src webBAD", "--src"),
+    ("prepare-lm-lang", "prepare lm text {root}/src {new} --lang eBAD", "--lang"),
+]
+
+
+@pytest.mark.parametrize(("command", "culprit"), [c[1:] for c in TEXT], ids=[c[0] for c in TEXT])
+def test_text_arguments_that_are_not_utf8_are_refused_by_name(world, no_server, command, culprit):
+    new = world["root"] / "new"
+    runs = {name: _snapshot(world[name]) for name in ("mt", "gpt", "bert")}
+    result = run_case(world, command.replace("BAD", BAD), new)
+    assert_one_line(result, f"{culprit}: invalid UTF-8 (byte 0xff", 1)
+    assert not new.exists()
+    assert {name: _snapshot(world[name]) for name in runs} == runs
+
+
+def test_file_paths_may_hold_any_bytes(world, tmp_path):
+    """Only text is checked: a file whose name is not UTF-8 is read and written as any."""
+    source = tmp_path / f"in{BAD}.txt"
+    source.write_text("the house\n")
+    output = tmp_path / f"out{BAD}.txt"
+    result = CliRunner().invoke(
+        app, ["translate", str(world["mt"]), "-i", str(source), "-o", str(output)]
+    )
+    assert result.exit_code == 0, result.output
+    assert len(output.read_text().splitlines()) == 1
