@@ -256,3 +256,39 @@ def test_file_paths_may_hold_any_bytes(world, tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert len(output.read_text().splitlines()) == 1
+
+
+# ----- 3. devices that cannot run the model ---------------------------------------------
+
+DEVICES = ["meta", "xla", "mps", "cuda:99", "frobnicate", "cpu:x"]
+DEVICE_COMMANDS = {
+    "translate": "translate {mt} -i {root}/src -o {new} --device DEV",
+    "evaluate": "evaluate {mt} --src {root}/src --ref {root}/ref --out {new} --device DEV",
+    "attention": "attention {mt} 'the house' --out {new} --device DEV",
+    "attention-lm": "attention {gpt} 'In the' --out {new} --device DEV",
+    "generate": "generate {gpt} 'In the' --device DEV",
+    "fill": "fill {bert} 'In [MASK]' --device DEV",
+    "serve": "serve {mt} --device DEV",
+    "train": "train tiny-test --run {new} --device DEV",
+    "quickstart": "quickstart --out {new} --device DEV",
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("command", list(DEVICE_COMMANDS))
+def test_devices_that_cannot_run_a_model_are_refused_by_name(world, no_server, command, device):
+    new = world["root"] / "new"
+    runs = {name: _snapshot(world[name]) for name in ("mt", "gpt", "bert")}
+    result = run_case(world, DEVICE_COMMANDS[command].replace("DEV", device), new)
+    assert_one_line(result, f"device {device}: ", 1)
+    assert not new.exists()
+    assert {name: _snapshot(world[name]) for name in runs} == runs
+
+
+def test_usable_device_takes_the_cpu_and_names_the_rest():
+    from aiayn.devices import usable_device
+
+    assert usable_device("cpu") == torch.device("cpu")
+    for name, words in [("meta", "no values"), ("xla", "cannot run"), ("nope", "not a device")]:
+        with pytest.raises(ValueError, match=f"the device {name}: .*{words}"):
+            usable_device(name, "the device")

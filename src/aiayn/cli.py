@@ -414,14 +414,9 @@ def _warnings_to_stderr() -> None:
 
 
 def _check_device(device: str) -> None:
-    import torch
+    from aiayn.devices import usable_device
 
-    try:
-        torch.device(device)
-    except RuntimeError:
-        raise ValueError(f"--device {device}: not a device name (cpu, cuda, cuda:1, ...)") from None
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"--device {device}: no CUDA device is available here")
+    usable_device(device, "--device")
 
 
 def _load_translator(
@@ -1207,6 +1202,7 @@ def serve(
             deadline_s=deadline,
             threads=threads,
         )
+        _check_device(device)
         if (run / "config.json").is_file():  # a Marian directory as transformers saves it
             translator = Translator.from_marian(
                 run,

@@ -45,6 +45,7 @@ from aiayn.data.batching import TokenBatcher
 from aiayn.data.corpus import CORPUS_FILE, PreparedCorpus
 from aiayn.data.prepare import BIBLE_VOCAB_SIZE, PrepareConfig, prepare_bible
 from aiayn.data.tokenizer import TOKENIZER_FILE
+from aiayn.devices import usable_device
 from aiayn.distributed import DistEnv
 from aiayn.evaluate import score, write_report
 from aiayn.files import write_atomic
@@ -127,8 +128,7 @@ class QuickstartConfig:
             raise ValueError(f"average_last must be at least 1, got {self.average_last}")
         if self.test_pairs is not None and self.test_pairs < 1:
             raise ValueError(f"test_pairs must be at least 1, got {self.test_pairs}")
-        if self.device.startswith("cuda") and not torch.cuda.is_available():
-            raise ValueError(f"device {self.device!r}: no CUDA device is available here")
+        usable_device(self.device, "device")
 
     def recipe_overrides(self, corpus: Path) -> list[str]:
         """The `section.key=value` settings the quickstart puts on its recipe."""
