@@ -10,6 +10,7 @@ nothing written.
 
 from __future__ import annotations
 
+import copy
 import shlex
 import shutil
 from pathlib import Path
@@ -20,12 +21,13 @@ from typer.testing import CliRunner
 
 import aiayn.serve
 from aiayn import ModelConfig
-from aiayn.checkpoint import TOKENIZER_FILE, save_model
+from aiayn.checkpoint import TOKENIZER_FILE, load_model, resolve_weights, save_model
 from aiayn.cli import app
 from aiayn.data.tokenizer import train_tokenizer
 from aiayn.decoder_only import DecoderOnly
 from aiayn.encoder_only import EncoderOnly
 from aiayn.fill import CLS, MASK, SEP
+from aiayn.model import attention_sublayers
 from infer_helpers import make_run, sentences
 
 # ----- the world: a translation run, a GPT run, a BERT run, some files ----------------
@@ -292,3 +294,81 @@ def test_usable_device_takes_the_cpu_and_names_the_rest():
     for name, words in [("meta", "no values"), ("xla", "cannot run"), ("nope", "not a device")]:
         with pytest.raises(ValueError, match=f"the device {name}: .*{words}"):
             usable_device(name, "the device")
+
+
+# ----- 4. pruning a GPT or a BERT run ---------------------------------------------------
+
+
+def _masked(model: torch.nn.Module, heads: dict[str, list[int]], ids: torch.Tensor):
+    """The reference: the unpruned model with `heads` silenced by head masks."""
+    model = copy.deepcopy(model).eval()
+    sublayers = attention_sublayers(model)
+    for name, indices in heads.items():
+        mask = torch.ones(sublayers[name].n_heads)
+        mask[indices] = 0.0
+        sublayers[name].head_mask = mask
+    with torch.no_grad():
+        return model(ids)
+
+
+@pytest.mark.parametrize(
+    ("shape", "heads"),
+    [
+        ("gpt", ["decoder.0.self:1,3", "decoder.1.self:0"]),
+        ("bert", ["encoder.1.self:2", "encoder.0.self:0,1,3"]),
+    ],
+)
+def test_a_gpt_or_bert_run_prunes_to_what_masking_its_heads_computes(world, tmp_path, shape, heads):
+    out = tmp_path / "pruned"
+    args = ["prune", str(world[shape]), "--out", str(out)]
+    result = CliRunner().invoke(app, [*args, *(a for h in heads for a in ("--heads", h))])
+    assert result.exit_code == 0, result.output
+    removed = sum(len(h.split(":")[1].split(",")) for h in heads)
+    assert f"pruned {removed} of 8 heads" in result.output
+    assert ("generate" if shape == "gpt" else "fill") in result.output
+    original = load_model(resolve_weights(world[shape])).eval()
+    pruned = load_model(resolve_weights(out)).eval()
+    ids = torch.randint(
+        4, original.cfg.vocab_size, (2, 9), generator=torch.Generator().manual_seed(1)
+    )
+    chosen = {h.split(":")[0]: [int(i) for i in h.split(":")[1].split(",")] for h in heads}
+    with torch.no_grad():
+        assert torch.allclose(pruned(ids), _masked(original, chosen, ids), atol=1e-5)
+    assert pruned.num_parameters() < original.num_parameters()
+    command = (
+        ["generate", str(out), "In the", "--greedy"]
+        if shape == "gpt"
+        else ["fill", str(out), "In [MASK]"]
+    )
+    ran = CliRunner().invoke(app, command)
+    assert ran.exit_code == 0, ran.output
+
+
+@pytest.mark.parametrize("shape", ["gpt", "bert"])
+def test_a_gpt_or_bert_run_prunes_a_random_fraction(world, tmp_path, shape):
+    out = tmp_path / "pruned"
+    args = ["prune", str(world[shape]), "--out", str(out), "--fraction", "0.5", "--by", "random"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "pruned 4 of 8 heads" in result.output
+    kind = "decoder.self" if shape == "gpt" else "encoder.self"
+    assert f"{kind} 4" in result.output and "cross" not in result.output
+    assert (out / TOKENIZER_FILE).is_file()
+
+
+@pytest.mark.parametrize(
+    ("shape", "heads", "culprit"),
+    [
+        ("gpt", "decoder.0.cross:1", "it has decoder.I.self with I < 2)"),
+        ("gpt", "encoder.0.self:1", "it has decoder.I.self with I < 2)"),
+        ("bert", "decoder.0.self:1", "it has encoder.I.self with I < 2)"),
+    ],
+)
+def test_a_sub_layer_the_shape_lacks_is_refused_by_name(world, tmp_path, shape, heads, culprit):
+    out = tmp_path / "pruned"
+    result = CliRunner().invoke(
+        app, ["prune", str(world[shape]), "--out", str(out), "--heads", heads]
+    )
+    assert_one_line(result, culprit)
+    assert heads.split(":")[0] in result.output
+    assert not out.exists()

@@ -952,12 +952,14 @@ def prune(
     """Remove attention heads for good: a smaller model, written as a run OUT to translate.
 
     A key/value head goes too when no kept query head reads it. At least one head
-    of each sub-layer remains. See `aiayn.pruning`.
+    of each sub-layer remains. A GPT or BERT run is pruned alike (its OUT runs with
+    generate or fill). See `aiayn.pruning`.
     """
     from aiayn import pruning
     from aiayn.checkpoint import load_model, resolve_weights
     from aiayn.heads import HEADS_FILE
     from aiayn.model import attention_sublayers
+    from aiayn.model_use import DECODER_ONLY, ENCODER_ONLY
 
     _warnings_to_stderr()
     try:
@@ -1001,12 +1003,16 @@ def prune(
     except (OSError, ValueError) as err:
         raise _fail(err) from None
     counts = pruning.count_by_kind(chosen)
-    by_kind = ", ".join(f"{kind} {n}" for kind, n in counts.items())
+    present = {pruning.kind_of(name) for name in attention_sublayers(model)}
+    by_kind = ", ".join(f"{kind} {n}" for kind, n in counts.items() if kind in present)
     typer.echo(
         f"pruned {sum(counts.values())} of {total} heads ({by_kind}); "
         f"parameters {before:,} -> {after:,} ({after / before - 1:+.1%})"
     )
-    typer.echo(f"wrote {out}; translate with: aiayn translate {out}")
+    usage = {DECODER_ONLY: f'generate {out} "..."', ENCODER_ONLY: f'fill {out} "[MASK] ..."'}
+    typer.echo(
+        f"wrote {out}; run it with: aiayn {usage.get(model.cfg.architecture, f'translate {out}')}"
+    )
 
 
 # ----- output shortlists ---------------------------------------------------------
