@@ -11,12 +11,14 @@ nothing written.
 from __future__ import annotations
 
 import copy
+import json
 import shlex
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
 import aiayn.serve
@@ -371,4 +373,190 @@ def test_a_sub_layer_the_shape_lacks_is_refused_by_name(world, tmp_path, shape, 
     )
     assert_one_line(result, culprit)
     assert heads.split(":")[0] in result.output
+    assert not out.exists()
+
+
+# ----- 5. malformed Hugging Face directories --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def hf_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny random Marian, GPT-2 and BERT directories, as test_marian.py and
+    test_hf_models.py build them (with transformers)."""
+    pytest.importorskip("transformers")
+    from test_hf_models import bert_directory, gpt2_directory
+    from test_marian import SHAPES, build_marian_directory
+
+    root = tmp_path_factory.mktemp("hf")
+    dirs = {name: root / name for name in ("marian", "gpt2", "bert")}
+    for path in dirs.values():
+        path.mkdir()
+    build_marian_directory(dirs["marian"], SHAPES["swish-2x2"])
+    gpt2_directory(dirs["gpt2"])
+    bert_directory(dirs["bert"])
+    return dirs
+
+
+def _config(**changes):
+    def change(path: Path) -> None:
+        values = json.loads((path / "config.json").read_text())
+        for field, value in changes.items():
+            if value is _DROP:
+                del values[field]
+            else:
+                values[field] = value
+        (path / "config.json").write_text(json.dumps(values))
+
+    return change
+
+
+_DROP = object()
+
+
+def _write(name: str, text: str | bytes):
+    def change(path: Path) -> None:
+        (path / name).write_bytes(text if isinstance(text, bytes) else text.encode())
+
+    return change
+
+
+def _tensor(part: str, how):
+    """Change the first stored tensor whose name holds `part` with `how(tensor)`."""
+
+    def change(path: Path) -> None:
+        tensors = load_file(str(path / "model.safetensors"))
+        name = next(n for n in sorted(tensors) if part in n)
+        tensors[name] = how(tensors[name].clone())
+        save_file(tensors, str(path / "model.safetensors"))
+
+    return change
+
+
+def _nan(tensor):
+    tensor.view(-1)[0] = float("nan")
+    return tensor
+
+
+def _extra(path: Path) -> None:
+    tensors = load_file(str(path / "model.safetensors"))
+    save_file(
+        {**tensors, "model.extra_adapter.weight": torch.ones(2)}, str(path / "model.safetensors")
+    )
+
+
+def _vocab_ids_as_strings(path: Path) -> None:
+    vocab = json.loads((path / "vocab.json").read_text())
+    (path / "vocab.json").write_text(json.dumps({p: str(i) for p, i in vocab.items()}))
+
+
+# (id, kind, change to a copy of the directory, what the message must hold)
+MALFORMED = [
+    ("marian-config-list", "marian", _write("config.json", "[1, 2]"), "holds a JSON list"),
+    (
+        "marian-config-latin1",
+        "marian",
+        _write("config.json", b'{"d_model": "\xe9"}'),
+        "config.json is not valid JSON",
+    ),
+    ("marian-no-d-model", "marian", _config(d_model=_DROP), "no field d_model"),
+    ("marian-d-model-str", "marian", _config(d_model="32"), "d_model='32'"),
+    ("marian-layers-float", "marian", _config(encoder_layers=2.5), "encoder_layers=2.5"),
+    ("marian-dropout-str", "marian", _config(dropout="0.1"), "dropout='0.1'"),
+    ("marian-pad-out", "marian", _config(pad_token_id=10**6), "pad_token_id=1000000"),
+    (
+        "marian-positions-huge",
+        "marian",
+        _config(max_position_embeddings=10**12),
+        "max_position_embeddings",
+    ),
+    (
+        "marian-vocab-huge",
+        "marian",
+        _config(vocab_size=10**12, decoder_vocab_size=10**12),
+        "(1000000000000,) by the config",
+    ),
+    (
+        "marian-generation-list",
+        "marian",
+        _write("generation_config.json", "[]"),
+        "generation_config.json holds a JSON list",
+    ),
+    (
+        "marian-beams-str",
+        "marian",
+        _write("generation_config.json", '{"num_beams": "4"}'),
+        "num_beams='4'",
+    ),
+    ("marian-vocab-str-ids", "marian", _vocab_ids_as_strings, "vocab.json: piece"),
+    (
+        "marian-vocab-no-pad",
+        "marian",
+        _write("vocab.json", '{"</s>": 0, "<unk>": 1}'),
+        "no <pad> piece",
+    ),
+    (
+        "marian-corrupt-spm",
+        "marian",
+        _write("source.spm", b"not a model"),
+        "source.spm is not a sentencepiece model",
+    ),
+    ("marian-nan", "marian", _tensor("model.shared.weight", _nan), "model.shared.weight holds NaN"),
+    (
+        "marian-int32",
+        "marian",
+        _tensor("final_logits_bias", lambda t: t.to(torch.int32)),
+        "final_logits_bias is torch.int32",
+    ),
+    ("marian-extra-tensor", "marian", _extra, "does not map: model.extra_adapter.weight"),
+    ("gpt2-config-list", "gpt2", _write("config.json", '["gpt2"]'), "holds a JSON list"),
+    ("gpt2-no-n-embd", "gpt2", _config(n_embd=_DROP), "no field n_embd"),
+    ("gpt2-n-embd-str", "gpt2", _config(n_embd="32"), "n_embd='32'"),
+    ("gpt2-positions-huge", "gpt2", _config(n_positions=10**12), "n_positions=1000000000000"),
+    ("gpt2-layers-huge", "gpt2", _config(n_layer=10**9), "no tensor h.2."),
+    ("gpt2-heads-bool", "gpt2", _config(n_head=True), "n_head=True"),
+    (
+        "gpt2-eps-nan",
+        "gpt2",
+        _config(layer_norm_epsilon=float("nan")),
+        "layer_norm_epsilon=nan",
+    ),
+    ("gpt2-vocab-str-ids", "gpt2", _vocab_ids_as_strings, "vocab.json: piece"),
+    ("gpt2-nan", "gpt2", _tensor("wte.weight", _nan), "wte.weight holds NaN"),
+    (
+        "gpt2-int32",
+        "gpt2",
+        _tensor("ln_f.bias", lambda t: t.to(torch.int32)),
+        "ln_f.bias is torch.int32",
+    ),
+    ("bert-config-list", "bert", _write("config.json", "[]"), "holds a JSON list"),
+    ("bert-hidden-str", "bert", _config(hidden_size="32"), "hidden_size='32'"),
+    (
+        "bert-positions-huge",
+        "bert",
+        _config(max_position_embeddings=10**12),
+        "max_position_embeddings",
+    ),
+    ("bert-vocab-small", "bert", _config(vocab_size=7), "(60,) in the file, (7,) by the config"),
+    ("bert-vocab-latin1", "bert", _write("vocab.txt", b"[PAD]\n\xe9\n"), "vocab.txt is not UTF-8"),
+    ("bert-nan", "bert", _tensor("word_embeddings", _nan), "word_embeddings.weight holds NaN"),
+    (
+        "bert-int32",
+        "bert",
+        _tensor("LayerNorm.bias", lambda t: t.to(torch.int32)),
+        "is torch.int32",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "change", "culprit"), [c[1:] for c in MALFORMED], ids=[c[0] for c in MALFORMED]
+)
+def test_malformed_hugging_face_directories_are_refused_at_conversion(
+    hf_dirs, tmp_path, kind, change, culprit
+):
+    source = shutil.copytree(hf_dirs[kind], tmp_path / "source")
+    change(source)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["convert", kind, str(source), str(out)])
+    assert_one_line(result, culprit)
     assert not out.exists()
