@@ -560,3 +560,31 @@ def test_malformed_hugging_face_directories_are_refused_at_conversion(
     result = CliRunner().invoke(app, ["convert", kind, str(source), str(out)])
     assert_one_line(result, culprit)
     assert not out.exists()
+
+
+# ----- 6. shortlists ---------------------------------------------------------------------
+
+
+def test_shortlist_build_finds_the_runs_own_subword_model(world, tmp_path):
+    """RUN/spm.model is found from RUN (it was looked for beside a directory, never found)."""
+    out = tmp_path / "shortlist.safetensors"
+    source, target = world["root"] / "src", world["root"] / "ref"
+    args = [
+        "shortlist",
+        "build",
+        str(world["mt"]),
+        "--source",
+        str(source),
+        "--target",
+        str(target),
+    ]
+    result = CliRunner().invoke(app, [*args, "--out", str(out), "--min-count", "1"])
+    assert result.exit_code == 0, result.output
+    assert out.is_file()
+    with_tokenizer = tmp_path / "explicit.safetensors"
+    explicit = [*args, "--out", str(with_tokenizer), "--min-count", "1"]
+    explicit += ["--tokenizer", str(world["mt"] / TOKENIZER_FILE)]
+    assert CliRunner().invoke(app, explicit).exit_code == 0
+    assert load_file(str(out)).keys() == load_file(str(with_tokenizer)).keys()
+    for name, tensor in load_file(str(out)).items():
+        assert torch.equal(tensor, load_file(str(with_tokenizer))[name])

@@ -1046,6 +1046,7 @@ def shortlist_build_command(
     """
     import logging
 
+    from aiayn.checkpoint import resolve_weights
     from aiayn.data.tokenizer import SentencePieceTokenizer
     from aiayn.files import check_output
     from aiayn.marian import MarianTokenizer
@@ -1060,7 +1061,8 @@ def shortlist_build_command(
         elif (model_dir / "vocab.json").is_file():
             subwords = MarianTokenizer(model_dir)
         else:
-            subwords = SentencePieceTokenizer.load(find_tokenizer(model_dir))
+            # find_tokenizer looks beside a weights file and up its run
+            subwords = SentencePieceTokenizer.load(find_tokenizer(resolve_weights(model_dir)))
         shortlist = build_from_files(subwords, source, target, frequent, per_source, min_count)
         shortlist.save(out)
     except (FileNotFoundError, ValueError) as err:
