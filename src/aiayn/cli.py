@@ -31,6 +31,31 @@ app = typer.Typer(
 )
 
 
+def _utf8(param: typer.CallbackParam, value):
+    """Refuse a text argument that is not UTF-8, by name (exit 1).
+
+    The shell passes bytes; Python keeps those it cannot decode as lone surrogates,
+    which every later encoder (SentencePiece, JSON, the file system) chokes on.
+    File paths are left alone: they may be any bytes.
+    """
+    for text in value if isinstance(value, list | tuple) else [value]:
+        if text is None:
+            continue
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            name = param.opts[0] if param.param_type_name == "option" else param.name.upper()
+            bad = ord(text[err.start])
+            byte = f"byte 0x{bad - 0xDC00:02x}" if 0xDC80 <= bad <= 0xDCFF else f"U+{bad:04X}"
+            raise _fail(
+                ValueError(
+                    f"{name}: invalid UTF-8 ({byte} at character {err.start + 1}); "
+                    "give the text as UTF-8"
+                )
+            ) from None
+    return value
+
+
 @app.callback()
 def main() -> None:
     """The Transformer of 'Attention Is All You Need': train, translate, score, look inside."""
@@ -126,7 +151,9 @@ def _run_prepare(build, out: str) -> None:
 @prepare_app.command("bible")
 def prepare_bible_command(
     out: str = _OUT,
-    src: str = typer.Option("web", help="English source: web (World English Bible) or kjv."),
+    src: str = typer.Option(
+        "web", callback=_utf8, help="English source: web (World English Bible) or kjv."
+    ),
     vocab_size: int = typer.Option(8000, help="Shared subword vocabulary size."),
     max_tokens: int = _MAX_TOKENS,
     max_ratio: float = _MAX_RATIO,
@@ -148,8 +175,10 @@ def prepare_bible_command(
 def prepare_text_command(
     src_train: str = typer.Option(..., help="Training source sentences, one per line."),
     tgt_train: str = typer.Option(..., help="Training target sentences, aligned by line."),
-    src_lang: str = typer.Option(..., help="Source language code, the file suffix (en)."),
-    tgt_lang: str = typer.Option(..., help="Target language code (de)."),
+    src_lang: str = typer.Option(
+        ..., callback=_utf8, help="Source language code, the file suffix (en)."
+    ),
+    tgt_lang: str = typer.Option(..., callback=_utf8, help="Target language code (de)."),
     out: str = _OUT,
     src_valid: str | None = typer.Option(None, help="Validation source sentences."),
     tgt_valid: str | None = typer.Option(None, help="Validation target sentences."),
@@ -179,8 +208,8 @@ def prepare_text_command(
 @prepare_app.command("tsv")
 def prepare_tsv_command(
     train: str = typer.Option(..., help="Training pairs: source<TAB>target per line."),
-    src_lang: str = typer.Option(..., help="Source language code (en)."),
-    tgt_lang: str = typer.Option(..., help="Target language code (de)."),
+    src_lang: str = typer.Option(..., callback=_utf8, help="Source language code (en)."),
+    tgt_lang: str = typer.Option(..., callback=_utf8, help="Target language code (de)."),
     out: str = _OUT,
     valid: str | None = typer.Option(None, help="Validation pairs, same format."),
     test: str | None = typer.Option(None, help="Test pairs, same format."),
@@ -199,9 +228,11 @@ def prepare_tsv_command(
 @prepare_app.command("hf")
 def prepare_hf_command(
     name: str = typer.Argument(..., help="Dataset name (wmt14) or a save_to_disk folder."),
-    config_name: str | None = typer.Option(None, "--config", help="Dataset config (de-en)."),
-    src_lang: str = typer.Option(..., help="Source language code (en)."),
-    tgt_lang: str = typer.Option(..., help="Target language code (de)."),
+    config_name: str | None = typer.Option(
+        None, "--config", callback=_utf8, help="Dataset config (de-en)."
+    ),
+    src_lang: str = typer.Option(..., callback=_utf8, help="Source language code (en)."),
+    tgt_lang: str = typer.Option(..., callback=_utf8, help="Target language code (de)."),
     out: str = _OUT,
     vocab_size: int = typer.Option(37000, help="Shared subword vocabulary size."),
     max_tokens: int = _MAX_TOKENS,
@@ -240,8 +271,12 @@ def _run_prepare_lm(build, out: str) -> None:
 @prepare_lm_app.command("bible")
 def prepare_lm_bible_command(
     out: str = _LM_OUT,
-    lang: str = typer.Option(..., help="en (WEB or KJV, see --src) or es (RV1909)."),
-    src: str = typer.Option("web", help="English text: web (World English Bible) or kjv."),
+    lang: str = typer.Option(
+        ..., callback=_utf8, help="en (WEB or KJV, see --src) or es (RV1909)."
+    ),
+    src: str = typer.Option(
+        "web", callback=_utf8, help="English text: web (World English Bible) or kjv."
+    ),
     vocab_size: int = typer.Option(8000, help="Subword vocabulary size."),
     seed: int = _SEED,
 ):
@@ -261,7 +296,7 @@ def prepare_lm_bible_command(
 def prepare_lm_text_command(
     train: str = typer.Argument(..., help="Training text, UTF-8, one document per line."),
     out: str = _LM_OUT,
-    lang: str = typer.Option("xx", help="Language code, the files' suffix."),
+    lang: str = typer.Option("xx", callback=_utf8, help="Language code, the files' suffix."),
     valid: str | None = typer.Option(None, help="Validation text, same format."),
     test: str | None = typer.Option(None, help="Test text, same format."),
     vocab_size: int = typer.Option(8000, help="Subword vocabulary size."),
@@ -292,7 +327,8 @@ def train(
         ),
     ],
     overrides: Annotated[
-        list[str] | None, typer.Argument(help="section.key=value overrides of the recipe.")
+        list[str] | None,
+        typer.Argument(callback=_utf8, help="section.key=value overrides of the recipe."),
     ] = None,
     run: Annotated[
         Path,
@@ -304,7 +340,10 @@ def train(
         ),
     ] = ...,
     device: Annotated[
-        str | None, typer.Option("--device", help="cpu, cuda, cuda:1 (default: cuda if available).")
+        str | None,
+        typer.Option(
+            "--device", callback=_utf8, help="cpu, cuda, cuda:1 (default: cuda if available)."
+        ),
     ] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
@@ -375,14 +414,9 @@ def _warnings_to_stderr() -> None:
 
 
 def _check_device(device: str) -> None:
-    import torch
+    from aiayn.devices import usable_device
 
-    try:
-        torch.device(device)
-    except RuntimeError:
-        raise ValueError(f"--device {device}: not a device name (cpu, cuda, cuda:1, ...)") from None
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"--device {device}: no CUDA device is available here")
+    usable_device(device, "--device")
 
 
 def _load_translator(
@@ -426,7 +460,7 @@ RunArg = Annotated[
 BeamOpt = Annotated[int, typer.Option("--beam", help="Beam width (1 = greedy search).")]
 AlphaOpt = Annotated[float, typer.Option("--alpha", help="Length penalty exponent (section 6).")]
 MaxTokensOpt = Annotated[int, typer.Option("--max-tokens", help="Source tokens per batch.")]
-DeviceOpt = Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:1, ...")]
+DeviceOpt = Annotated[str, typer.Option("--device", callback=_utf8, help="cpu, cuda, cuda:1, ...")]
 # Inference names a `Precision` by torch's name of its dtype (auto names none).
 _DTYPES = {p.dtype_name: p for p in Precision if p is not Precision.AUTO}
 
@@ -563,7 +597,9 @@ def evaluate(
     run: RunArg,
     split: Annotated[
         str | None,
-        typer.Option(help="Score a split (valid, test) of the corpus RUN was trained on."),
+        typer.Option(
+            callback=_utf8, help="Score a split (valid, test) of the corpus RUN was trained on."
+        ),
     ] = None,
     src: Annotated[Path | None, typer.Option(help="Source file (with --ref).")] = None,
     ref: Annotated[Path | None, typer.Option(help="Reference file (with --src).")] = None,
@@ -617,7 +653,7 @@ def evaluate(
 @app.command()
 def attention(
     run: RunArg,
-    sentence: Annotated[str, typer.Argument(help="The source sentence.")],
+    sentence: Annotated[str, typer.Argument(callback=_utf8, help="The source sentence.")],
     out: Annotated[Path, typer.Option(help="Directory for the PNGs.")] = Path("attention"),
     layer: Annotated[list[int] | None, typer.Option(help="Layer(s) to draw, from 0.")] = None,
     head: Annotated[list[int] | None, typer.Option(help="Head(s) to draw, from 0.")] = None,
@@ -683,7 +719,9 @@ def attention(
 @app.command()
 def heads(
     run: Annotated[Path, typer.Argument(help="Run directory trained by aiayn (with its corpus).")],
-    split: Annotated[str, typer.Option(help="The corpus split to measure on.")] = "valid",
+    split: Annotated[
+        str, typer.Option(callback=_utf8, help="The corpus split to measure on.")
+    ] = "valid",
     sentences: Annotated[int, typer.Option(help="Pairs of the split, from its start.")] = 200,
     out: Annotated[
         Path | None,
@@ -784,7 +822,7 @@ def generate(
         Path,
         typer.Argument(help="Run, checkpoint or converted directory, or a GPT-2 directory."),
     ],
-    prompt: Annotated[str, typer.Argument(help="The text to continue.")],
+    prompt: Annotated[str, typer.Argument(callback=_utf8, help="The text to continue.")],
     max_tokens: Annotated[
         int, typer.Option("--max-tokens", help="Generate at most this many tokens.")
     ] = 50,
@@ -824,7 +862,7 @@ def fill(
         Path,
         typer.Argument(help="Run, checkpoint or converted directory, or a BERT directory."),
     ],
-    text: Annotated[str, typer.Argument(help="Text with one or more [MASK]s.")],
+    text: Annotated[str, typer.Argument(callback=_utf8, help="Text with one or more [MASK]s.")],
     top_k: Annotated[int, typer.Option(help="Candidates per [MASK].")] = 5,
     device: DeviceOpt = "cpu",
     dtype: PrecisionOpt = Precision.FP32,
@@ -871,7 +909,9 @@ def prune(
     heads: Annotated[
         list[str] | None,
         typer.Option(
-            "--heads", help="SUBLAYER:HEAD,HEAD to remove, e.g. encoder.0.self:1,3 (repeatable)."
+            "--heads",
+            callback=_utf8,
+            help="SUBLAYER:HEAD,HEAD to remove, e.g. encoder.0.self:1,3 (repeatable).",
         ),
     ] = None,
     fraction: Annotated[
@@ -881,6 +921,7 @@ def prune(
         str | None,
         typer.Option(
             metavar="[importance|random]",
+            callback=_utf8,
             help="With --fraction: the least important heads first (default), or at random.",
         ),
     ] = None,
@@ -888,6 +929,7 @@ def prune(
         str | None,
         typer.Option(
             metavar="[ablation|gradient]",
+            callback=_utf8,
             help="With --by importance: which of `aiayn heads`' measures (default ablation).",
         ),
     ] = None,
@@ -898,8 +940,9 @@ def prune(
     kinds: Annotated[
         str | None,
         typer.Option(
+            callback=_utf8,
             help="With --fraction: prune only these, e.g. encoder.self,decoder.cross "
-            "(default: all the scored kinds)."
+            "(default: all the scored kinds).",
         ),
     ] = None,
     seed: Annotated[
@@ -909,10 +952,12 @@ def prune(
     """Remove attention heads for good: a smaller model, written as a run OUT to translate.
 
     A key/value head goes too when no kept query head reads it. At least one head
-    of each sub-layer remains. See `aiayn.analysis.pruning`.
+    of each sub-layer remains. A GPT or BERT run is pruned alike (its OUT runs with
+    generate or fill). See `aiayn.analysis.pruning`.
     """
     from aiayn.analysis import pruning
     from aiayn.analysis.heads import HEADS_FILE
+    from aiayn.apps.model_use import DECODER_ONLY, ENCODER_ONLY
     from aiayn.io.checkpoint import load_model, resolve_weights
     from aiayn.models.encoder_decoder import attention_sublayers
 
@@ -958,12 +1003,16 @@ def prune(
     except (OSError, ValueError) as err:
         raise _fail(err) from None
     counts = pruning.count_by_kind(chosen)
-    by_kind = ", ".join(f"{kind} {n}" for kind, n in counts.items())
+    present = {pruning.kind_of(name) for name in attention_sublayers(model)}
+    by_kind = ", ".join(f"{kind} {n}" for kind, n in counts.items() if kind in present)
     typer.echo(
         f"pruned {sum(counts.values())} of {total} heads ({by_kind}); "
         f"parameters {before:,} -> {after:,} ({after / before - 1:+.1%})"
     )
-    typer.echo(f"wrote {out}; translate with: aiayn translate {out}")
+    usage = {DECODER_ONLY: f'generate {out} "..."', ENCODER_ONLY: f'fill {out} "[MASK] ..."'}
+    typer.echo(
+        f"wrote {out}; run it with: aiayn {usage.get(model.cfg.architecture, f'translate {out}')}"
+    )
 
 
 # ----- output shortlists ---------------------------------------------------------
@@ -1001,6 +1050,7 @@ def shortlist_build_command(
     from aiayn.data.tokenizer import SentencePieceTokenizer
     from aiayn.files import check_output
     from aiayn.inference.shortlist import build_from_files
+    from aiayn.io.checkpoint import resolve_weights
     from aiayn.io.marian import MarianTokenizer
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -1011,7 +1061,8 @@ def shortlist_build_command(
         elif (model_dir / "vocab.json").is_file():
             subwords = MarianTokenizer(model_dir)
         else:
-            subwords = SentencePieceTokenizer.load(find_tokenizer(model_dir))
+            # find_tokenizer looks beside a weights file and up its run
+            subwords = SentencePieceTokenizer.load(find_tokenizer(resolve_weights(model_dir)))
         shortlist = build_from_files(subwords, source, target, frequent, per_source, min_count)
         shortlist.save(out)
     except (FileNotFoundError, ValueError) as err:
@@ -1038,6 +1089,7 @@ def convert_marian_command(
         typer.Option(
             "--dtype",
             metavar="[float32|int8]",
+            callback=_utf8,
             help="int8: store the weights int8 inference multiplies as int8, with their "
             "scales; `aiayn translate OUT` then runs int8 unless --dtype says otherwise.",
         ),
@@ -1110,8 +1162,8 @@ def serve(
         Path,
         typer.Argument(help="Run, checkpoint or converted directory, or a Marian directory."),
     ],
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    host: Annotated[str, typer.Option(callback=_utf8, help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8000,
     queue_size: Annotated[int, typer.Option(help="Sentences waiting at most (429 above).")] = 256,
     max_tokens: Annotated[
         int, typer.Option(help="Source tokens per batch, padding included.")
@@ -1158,6 +1210,7 @@ def serve(
             deadline_s=deadline,
             threads=threads,
         )
+        _check_device(device)
         if (run / "config.json").is_file():  # a Marian directory as transformers saves it
             translator = Translator.from_marian(
                 run,
@@ -1184,7 +1237,7 @@ def quickstart(
         float, typer.Option(help="Training time in all; a second run resumes up to it.")
     ] = 15.0,
     device: Annotated[
-        str | None, typer.Option(help="cpu or cuda (default: cuda when available).")
+        str | None, typer.Option(callback=_utf8, help="cpu or cuda (default: cuda when available).")
     ] = None,
     recipe: Annotated[
         Path | None,
@@ -1194,7 +1247,9 @@ def quickstart(
     ] = None,
     set_: Annotated[
         list[str] | None,
-        typer.Option("--set", help="Recipe override section.key=value (repeatable)."),
+        typer.Option(
+            "--set", callback=_utf8, help="Recipe override section.key=value (repeatable)."
+        ),
     ] = None,
     vocab_size: Annotated[
         int | None, typer.Option(help="Shared subword vocabulary size (default: tuned).")

@@ -161,6 +161,25 @@ def check_field_types(config: Any) -> None:
             raise ValueError(f"{cls.__name__}.{name} must be {_type_words(kind)}, got {value!r}")
 
 
+SEED_MAX = 2**63 - 1
+"""The largest seed taken: torch's generators take up to 2**64 - 1, and a run adds its
+rank to its seed; NumPy's refuse negative seeds."""
+
+
+def check_seed(value: int, name: str) -> None:
+    """Refuse a seed that a random generator would not take (torch, NumPy, `random`).
+
+    Args:
+        value: the seed.
+        name: what to call it in the error (`DecodeConfig.seed`, `--seed`).
+
+    Raises:
+        ValueError: naming `name`, its range [0, 2**63 - 1] and the value.
+    """
+    if not 0 <= value <= SEED_MAX:
+        raise ValueError(f"{name} must lie in [0, 2**63 - 1], got {value}")
+
+
 def _positive(name: str, value: int | None) -> None:
     if value is not None and value <= 0:
         raise ValueError(f"ModelConfig.{name} must be a positive integer, got {value!r}")
@@ -169,6 +188,19 @@ def _positive(name: str, value: int | None) -> None:
 def _probability(name: str, value: float) -> None:
     if not 0.0 <= value < 1.0:
         raise ValueError(f"ModelConfig.{name} must lie in [0, 1), got {value!r}")
+
+
+# ----- decoding limits (`aiayn.inference.search.DecodeConfig`, and the Marian reader) -----
+
+MAX_BEAM = 1024
+"""The widest beam taken. Each step scores beam x vocabulary candidates per sentence
+and keeps beam x length tokens and a key/value cache per hypothesis: a beam of 10**11
+asks for terabytes. Useful beams are far narrower (the paper's is 4)."""
+
+MAX_ALPHA = 10.0
+"""The largest length-penalty exponent taken: ((5 + 4096) / 6) ** 10 is about 2e28,
+still finite in float32, the type scores are ranked in; an exponent of 20 would
+overflow it, and useful ones lie between 0 and 2."""
 
 
 SUBLAYER_KINDS = ("encoder.self", "decoder.self", "decoder.cross")
@@ -633,6 +665,7 @@ class TrainConfig:
             raise fail("label_smoothing", "in [0, 1)")
         if self.valid_bleu_sentences < 0:
             raise fail("valid_bleu_sentences", "0 (off) or positive")
+        check_seed(self.seed, "TrainConfig.seed")
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise fail("betas", "two numbers in [0, 1)")
         object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))

@@ -45,6 +45,7 @@ from torch import Tensor, nn
 
 from aiayn.config import SUBLAYER_KINDS, split_sublayer
 from aiayn.files import write_dir_atomic
+from aiayn.io import hf_models
 from aiayn.io.checkpoint import TOKENIZER_FILE, WEIGHTS_FILE, find_in_run, save_model
 from aiayn.io.marian import CONVERTED_FILE, TOKENIZATION_FILES
 from aiayn.models import build_model
@@ -208,12 +209,8 @@ def _as_index(name: str, index: Any) -> int:
 
 def _name_ranges(sublayers: Mapping[str, nn.Module]) -> str:
     """What a model's sub-layers are called: "encoder.I.self with I < 6, ..."."""
-    n_encoder = sum(name.startswith("encoder.") for name in sublayers)
-    n_decoder = sum(name.endswith(".cross") for name in sublayers)
-    return (
-        f"encoder.I.self with I < {n_encoder}, "
-        f"decoder.I.self and decoder.I.cross with I < {n_decoder}"
-    )
+    counts = count_by_kind({name: [0] for name in sublayers})
+    return ", ".join(f"{kind.replace('.', '.I.')} with I < {n}" for kind, n in counts.items() if n)
 
 
 def _slice_weights(
@@ -474,12 +471,14 @@ RECIPE_FILE = "config.yaml"
 def save_pruned_run(
     model: Transformer, source_weights: str | Path, out: str | Path, record: dict[str, Any]
 ) -> list[str]:
-    """Write `out` as a run directory `aiayn translate` and `Translator.load` accept.
+    """Write `out` as a run directory of the source's kind: one `aiayn translate`
+    (`Translator.load`), `aiayn generate` or `aiayn fill` accept.
 
     The weights go to OUT/model.safetensors; the files that make the source run
-    translatable are copied beside them (its subword model and recipe, or a
-    converted Marian directory's tokenization and marian.json). The directory is
-    written under a temporary name and renamed when whole.
+    usable are copied beside them (its subword model and recipe, a converted Marian
+    directory's tokenization and marian.json, or a converted GPT-2 / BERT
+    directory's tokenizer files and converted.json). The directory is written under
+    a temporary name and renamed when whole.
 
     Args:
         model: the pruned model.
@@ -499,6 +498,10 @@ def save_pruned_run(
     if (source_weights.parent / CONVERTED_FILE).is_file():
         names = (*TOKENIZATION_FILES, CONVERTED_FILE)
         copies = {name: source_weights.parent / name for name in names}
+    elif (source_weights.parent / hf_models.CONVERTED_FILE).is_file():
+        names = (*hf_models.TOKENIZER_FILES, hf_models.CONVERTED_FILE)
+        copies = {name: source_weights.parent / name for name in names}
+        copies = {name: path for name, path in copies.items() if path.is_file()}
     else:
         copies = {name: find_in_run(source_weights, name) for name in (TOKENIZER_FILE, RECIPE_FILE)}
         copies = {name: path for name, path in copies.items() if path is not None}

@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 import torch
 
 from aiayn.apps.model_use import DECODER_ONLY, ModelUser, check_shape, check_tokenizer_fits
-from aiayn.config import ModelConfig
+from aiayn.config import ModelConfig, check_seed
 from aiayn.data.tokenizer import Tokenizer
 from aiayn.inference.frozen import freeze
 from aiayn.inference.search import Picker, TokenRules, greedy_pick, next_log_probs, sampling_picker
@@ -166,6 +166,7 @@ class Generator(ModelUser):
         if seed is None:
             generator.seed()
         else:
+            check_seed(seed, "seed")
             generator.manual_seed(seed)
         sampler = sampling_picker(temperature, top_k, top_p, generator)
         return greedy_pick if greedy else sampler

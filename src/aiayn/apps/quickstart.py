@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import shlex
 import statistics
 import time
@@ -39,11 +40,13 @@ import yaml
 
 from aiayn.analysis.viz import plot_translation_attention
 from aiayn.apps.translate import Translator
+from aiayn.config import check_seed
 from aiayn.configs import find_recipe, recipes_dir
 from aiayn.data.batching import TokenBatcher
 from aiayn.data.corpus import CORPUS_FILE, PreparedCorpus
 from aiayn.data.prepare import BIBLE_VOCAB_SIZE, PrepareConfig, prepare_bible
 from aiayn.data.tokenizer import TOKENIZER_FILE
+from aiayn.devices import usable_device
 from aiayn.files import write_atomic
 from aiayn.io.checkpoint import (
     BEST_DIR,
@@ -127,14 +130,15 @@ class QuickstartConfig:
                 f"seed {self.seed} and the override {seeded[0]!r} both set train.seed; "
                 "give one of them"
             )
-        if self.minutes <= 0:
-            raise ValueError(f"minutes must be positive, got {self.minutes}")
+        if not 0 < self.minutes < math.inf:  # nan too
+            raise ValueError(f"minutes must be a positive finite number, got {self.minutes}")
+        if self.seed is not None:
+            check_seed(self.seed, "seed")
         if self.average_last < 1:
             raise ValueError(f"average_last must be at least 1, got {self.average_last}")
         if self.test_pairs is not None and self.test_pairs < 1:
             raise ValueError(f"test_pairs must be at least 1, got {self.test_pairs}")
-        if self.device.startswith("cuda") and not torch.cuda.is_available():
-            raise ValueError(f"device {self.device!r}: no CUDA device is available here")
+        usable_device(self.device, "device")
 
     def recipe_overrides(self, corpus: Path) -> list[str]:
         """The `section.key=value` settings the quickstart puts on its recipe."""

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from aiayn.config import check_seed
 from aiayn.data import bible
 from aiayn.data.corpus import (
     CORPUS_FILE,
@@ -89,8 +90,9 @@ class PrepareConfig:
             raise ValueError(f"PrepareConfig.vocab_size must be at least 8, got {self.vocab_size}")
         if self.max_tokens < 1:
             raise ValueError(f"PrepareConfig.max_tokens must be positive, got {self.max_tokens}")
-        if self.max_ratio < 1.0:
+        if not self.max_ratio >= 1.0:  # nan too; inf keeps every pair
             raise ValueError(f"PrepareConfig.max_ratio must be at least 1, got {self.max_ratio}")
+        check_seed(self.seed, "PrepareConfig.seed")
         if self.model_type not in ("bpe", "unigram"):
             raise ValueError(
                 f"PrepareConfig.model_type must be 'bpe' or 'unigram', got {self.model_type!r}"
@@ -300,11 +302,11 @@ def prepare_corpus(
 
 
 def _write_shortlist(out: Path, tokenizer: SentencePieceTokenizer, train: Pairs) -> None:
-    """Write the output shortlist (`aiayn.inference.shortlist`) of the training pairs into `out`.
+    """Write the output shortlist (`aiayn.data.shortlist`) of the training pairs into `out`.
 
     At most `SHORTLIST_MAX_PAIRS` pairs are counted, evenly spaced over the split.
     """
-    from aiayn.inference.shortlist import SHORTLIST_FILE, build
+    from aiayn.data.shortlist import SHORTLIST_FILE, build
 
     step = max(1, -(-len(train) // SHORTLIST_MAX_PAIRS))
     sample = train[::step]

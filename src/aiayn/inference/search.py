@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -43,11 +42,23 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from aiayn.config import ModelConfig, check_field_types, enum_member
+from aiayn.config import (
+    MAX_ALPHA,
+    MAX_BEAM,
+    ModelConfig,
+    check_field_types,
+    check_seed,
+    enum_member,
+)
 
 log = logging.getLogger(__name__)
 
 NEG_INF = float("-inf")
+
+TEMPERATURE_RANGE = (1e-6, 1e6)
+"""Temperatures taken. The log-probabilities (float32, -log V or above at their
+maximum) divided by one inside stay finite; outside, sampling is already greedy
+(below) or uniform (above) to float32's precision."""
 
 
 class Decoding(Protocol):
@@ -365,8 +376,12 @@ def greedy_search(
 
 def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
     """Raise a ValueError naming the first sampling option out of range."""
-    if not (math.isfinite(temperature) and temperature > 0):
-        raise ValueError(f"temperature must be a positive finite number, got {temperature}")
+    low, high = TEMPERATURE_RANGE
+    if not low <= temperature <= high:  # nan too
+        raise ValueError(
+            f"temperature must be a positive finite number in [{low:g}, {high:g}], "
+            f"got {temperature}"
+        )
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
     if top_p is not None and not 0.0 < top_p <= 1.0:
@@ -418,8 +433,10 @@ def sample(
         temperature: divides the logits (< 1 sharper, > 1 flatter).
         top_k: sample among the k most probable tokens only.
         top_p: sample among the most probable tokens holding this much mass.
-        seed: seeds a generator of its own (the global RNG is left alone).
+        seed: seeds a generator of its own (the global RNG is left alone), in
+            [0, 2**63 - 1].
     """
+    check_seed(seed, "seed")
     generator = torch.Generator(device=src.device).manual_seed(seed)
     pick = sampling_picker(temperature, top_k, top_p, generator)
     return _one_path_search(model, src, extra_len, pick, max_output_len, rules or TokenRules())
@@ -508,10 +525,10 @@ def beam_search(
     Raises:
         ValueError: on a bad beam, alpha, nbest or extra_len.
     """
-    if beam < 1:
-        raise ValueError(f"beam must be >= 1, got {beam}")
-    if alpha < 0:
-        raise ValueError(f"alpha must be >= 0, got {alpha}")
+    if not 1 <= beam <= MAX_BEAM:
+        raise ValueError(f"beam must lie in [1, {MAX_BEAM}], got {beam}")
+    if not 0 <= alpha <= MAX_ALPHA:
+        raise ValueError(f"alpha must lie in [0, {MAX_ALPHA:g}], got {alpha}")
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest must lie in [1, beam={beam}], got {nbest}")
     _validate(model, src, extra_len, max_output_len)
@@ -714,10 +731,13 @@ class DecodeConfig:
 
     def __post_init__(self) -> None:
         check_field_types(self)
-        if self.beam < 1:
-            raise ValueError(f"DecodeConfig.beam must be >= 1, got {self.beam}")
-        if not (math.isfinite(self.alpha) and self.alpha >= 0):  # nan would rank nothing
-            raise ValueError(f"DecodeConfig.alpha must be a finite number >= 0, got {self.alpha}")
+        if not 1 <= self.beam <= MAX_BEAM:
+            raise ValueError(f"DecodeConfig.beam must lie in [1, {MAX_BEAM}], got {self.beam}")
+        if not 0 <= self.alpha <= MAX_ALPHA:  # nan would rank nothing; see MAX_ALPHA
+            raise ValueError(
+                f"DecodeConfig.alpha must be a finite number in [0, {MAX_ALPHA:g}], "
+                f"got {self.alpha}"
+            )
         if not 1 <= self.nbest <= (1 if self.sampling else self.beam):
             raise ValueError(
                 f"DecodeConfig.nbest must lie in [1, beam={self.beam}] (1 when sampling), "
@@ -728,6 +748,7 @@ class DecodeConfig:
         if self.max_output_len is not None and self.max_output_len < 1:
             raise ValueError(f"DecodeConfig.max_output_len must be >= 1, got {self.max_output_len}")
         check_sampling(self.temperature, self.top_k, self.top_p)
+        check_seed(self.seed, "DecodeConfig.seed")
         # Accept the enums' values as strings (from JSON or a command line).
         for name, kind in (("length_penalty", LengthPenalty), ("early_stopping", EarlyStopping)):
             member = enum_member(kind, getattr(self, name), f"DecodeConfig.{name}")

@@ -1,7 +1,5 @@
-"""An output shortlist: decode over a small candidate set of target pieces, not the vocabulary.
+"""Decoding over an output shortlist: a small candidate set of target pieces, not the vocabulary.
 
-    shortlist = build(source_ids_lines, target_ids_lines, frequent=..., per_source=...)
-    shortlist.save("shortlist.safetensors")
     engine = Shortlisted(freeze(model), Shortlist.load("shortlist.safetensors"))
     beam_search(engine, src)          # the output projection runs over the candidates only
 
@@ -13,335 +11,35 @@ starts. At every step the output projection multiplies by the candidates' rows o
 the output matrix only ((R, D) x (D, C) instead of (D, V)); the logits of every
 other piece are -inf, so the search is unchanged and can only pick candidates.
 Note the softmax then normalises over the candidates (as in Marian and CTranslate2).
+The table itself is built and stored by `aiayn.data.shortlist` (re-exported here).
 
-The translations come from co-occurrence counts over sentence pairs: c(s, t) the
-number of pairs holding source piece s and target piece t, c(s) and c(t) the
-pairs holding each. A source piece's translations are the targets with the best
-p(t | s) = c(s, t) / c(s) among those that are not already frequent (a slot
-spent on a frequent piece would add nothing), with c(s, t) >= `min_count`.
-
-Shape legend: R rows being decoded, D d_model, V vocabulary, C candidates, K per_source.
+Shape legend: R rows being decoded, D d_model, V vocabulary, C candidates.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Iterable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
-import numpy as np
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
 from torch import Tensor
 
-from aiayn.data.tokenizer import Tokenizer
-from aiayn.files import read_lines, write_file_atomic
+from aiayn.data.shortlist import (  # noqa: F401  (the table's names, where they were)
+    DEFAULT_FREQUENT,
+    DEFAULT_MIN_COUNT,
+    DEFAULT_PER_SOURCE,
+    SHORTLIST_FILE,
+    Shortlist,
+    build,
+    build_from_files,
+    encode_target,
+    read_parallel,
+    recall,
+)
 from aiayn.inference.search import NEG_INF
 from aiayn.models.encoder_decoder import EncoderDecoderDecoding, Transformer
 
 log = logging.getLogger(__name__)
-
-SHORTLIST_FILE = "shortlist.safetensors"  # in a corpus directory, written by `aiayn prepare`
-FORMAT = "aiayn-shortlist"
-VERSION = "1"
-DEFAULT_FREQUENT = 1000
-DEFAULT_PER_SOURCE = 20
-DEFAULT_MIN_COUNT = 2
-_CHUNK = 5_000  # sentence pairs counted at once (keeps the pair arrays small)
-
-
-class Shortlist:
-    """The frequent target pieces and each source piece's best translations.
-
-    Args:
-        frequent: (N,) target ids always in the candidate set.
-        table: (V, K) per source id, its translations' target ids, -1 where none.
-        eos_id: always a candidate.
-
-    Raises:
-        ValueError: on shapes or ids out of range (naming them).
-    """
-
-    def __init__(self, frequent: Tensor, table: Tensor, eos_id: int) -> None:
-        if frequent.dim() != 1 or table.dim() != 2:
-            raise ValueError(
-                f"a shortlist needs (N,) frequent ids and a (V, K) table, got "
-                f"{tuple(frequent.shape)} and {tuple(table.shape)}"
-            )
-        vocab = table.size(0)
-        if not 0 <= eos_id < vocab:
-            raise ValueError(f"eos id {eos_id} is outside the vocabulary of {vocab}")
-        for name, ids, low in (("frequent", frequent, 0), ("table", table, -1)):
-            if ids.numel() and (int(ids.min()) < low or int(ids.max()) >= vocab):
-                raise ValueError(
-                    f"shortlist {name} ids span [{int(ids.min())}, {int(ids.max())}], "
-                    f"outside [{low}, {vocab}) for a vocabulary of {vocab}"
-                )
-        self.frequent = frequent.long()
-        self.table = table.long()
-        self.eos_id = eos_id
-
-    @property
-    def vocab_size(self) -> int:
-        return self.table.size(0)
-
-    @property
-    def per_source(self) -> int:
-        return self.table.size(1)
-
-    def candidates(self, src_ids: Tensor | Sequence[int], extra: Sequence[int] = ()) -> Tensor:
-        """The candidate set of a batch: sorted unique target ids (eos and `extra` included).
-
-        Args:
-            src_ids: source ids of any shape (a padded batch; pad and eos add
-                nothing unless the table gives them translations).
-            extra: ids that must be candidates (e.g. a token the search forces).
-
-        Returns:
-            (C,) LongTensor on the device of `src_ids` (CPU for a sequence).
-        """
-        src = torch.as_tensor(src_ids, dtype=torch.long)
-        device = src.device
-        src = src.reshape(-1).cpu().unique()
-        if src.numel() and (int(src.min()) < 0 or int(src.max()) >= self.vocab_size):
-            raise ValueError(
-                f"source ids span [{int(src.min())}, {int(src.max())}], outside the "
-                f"shortlist's vocabulary of {self.vocab_size}"
-            )
-        translations = self.table[src].reshape(-1)
-        fixed = torch.tensor([self.eos_id, *extra], dtype=torch.long)
-        ids = torch.cat([self.frequent, translations[translations >= 0], fixed]).unique()
-        return ids.to(device)
-
-    def save(self, path: str | Path) -> Path:
-        """Write the shortlist (safetensors, atomically); returns the path."""
-        path = Path(path)
-        tensors = {"frequent": self.frequent.contiguous(), "table": self.table.contiguous()}
-        metadata = {"format": FORMAT, "version": VERSION, "eos_id": str(self.eos_id)}
-        return write_file_atomic(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
-
-    @classmethod
-    def load(cls, path: str | Path, vocab_size: int | None = None) -> Shortlist:
-        """Read a shortlist written by `save`.
-
-        Args:
-            path: the file.
-            vocab_size: if given, the vocabulary the shortlist must have.
-
-        Raises:
-            FileNotFoundError: no such file.
-            ValueError: a file that is not a valid shortlist (or of another
-                vocabulary), in one line naming it.
-        """
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"no shortlist file {path}")
-        try:
-            with open(path, "rb") as handle:
-                header_len = int.from_bytes(handle.read(8), "little")
-                header = json.loads(handle.read(header_len)) if 0 < header_len < 1 << 24 else {}
-            metadata = header.get("__metadata__") or {}
-            if metadata.get("format") != FORMAT:
-                raise ValueError("not an aiayn shortlist (no format tag)")
-            if metadata.get("version") != VERSION:
-                raise ValueError(f"version {metadata.get('version')!r}, expected {VERSION}")
-            tensors = load_file(str(path))
-            if set(tensors) != {"frequent", "table"}:
-                raise ValueError(f"tensors {sorted(tensors)}, expected frequent and table")
-            for name, tensor in tensors.items():
-                if tensor.dtype != torch.int64:
-                    raise ValueError(f"{name} is {tensor.dtype}, expected int64")
-            shortlist = cls(tensors["frequent"], tensors["table"], int(metadata["eos_id"]))
-        except (SafetensorError, ValueError, KeyError, UnicodeDecodeError, OSError) as err:
-            raise ValueError(f"{path}: not a valid shortlist file: {err}") from None
-        if vocab_size is not None and shortlist.vocab_size != vocab_size:
-            raise ValueError(
-                f"{path}: shortlist for a vocabulary of {shortlist.vocab_size}, but the "
-                f"model has {vocab_size}"
-            )
-        return shortlist
-
-    def __repr__(self) -> str:
-        return (
-            f"Shortlist(vocab={self.vocab_size}, frequent={self.frequent.numel()}, "
-            f"per_source={self.per_source})"
-        )
-
-
-def _pair_counts(
-    source_ids_lines: Iterable[Sequence[int]],
-    target_ids_lines: Iterable[Sequence[int]],
-    vocab: int,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
-    """Co-occurrence statistics of sentence pairs.
-
-    Returns:
-        keys (s * V + t, unique, sorted) and their counts c(s, t); c(s) and c(t)
-        (pairs holding each piece, (V,)); target token counts (V,); the number of pairs.
-    """
-    src_df = np.zeros(vocab, dtype=np.int64)
-    tgt_df = np.zeros(vocab, dtype=np.int64)
-    tgt_tokens = np.zeros(vocab, dtype=np.int64)
-    merged_keys = np.zeros(0, dtype=np.int64)
-    merged_counts = np.zeros(0, dtype=np.int64)
-    chunk: list[np.ndarray] = []
-    pairs = 0
-
-    def merge() -> None:
-        nonlocal merged_keys, merged_counts
-        keys, inverse = np.unique(np.concatenate([merged_keys, *chunk]), return_inverse=True)
-        weights = np.concatenate([merged_counts, np.ones(sum(map(len, chunk)), np.int64)])
-        merged_keys, merged_counts = keys, np.bincount(inverse, weights=weights).astype(np.int64)
-        chunk.clear()
-
-    for number, (src, tgt) in enumerate(
-        zip(source_ids_lines, target_ids_lines, strict=True), start=1
-    ):
-        s = np.unique(np.asarray(src, dtype=np.int64))
-        t_all = np.asarray(tgt, dtype=np.int64)
-        for side, ids in (("source", s), ("target", t_all)):
-            if ids.size and (ids.min() < 0 or ids.max() >= vocab):
-                raise ValueError(
-                    f"{side} line {number}: ids span [{ids.min()}, {ids.max()}], outside a "
-                    f"vocabulary of {vocab}"
-                )
-        t = np.unique(t_all)
-        np.add.at(tgt_tokens, t_all, 1)
-        src_df[s] += 1
-        tgt_df[t] += 1
-        chunk.append((s[:, None] * vocab + t[None, :]).reshape(-1))
-        pairs += 1
-        if pairs % _CHUNK == 0:
-            merge()
-    merge()
-    return merged_keys, merged_counts, src_df, tgt_df, tgt_tokens, pairs
-
-
-def build(
-    source_ids_lines: Iterable[Sequence[int]],
-    target_ids_lines: Iterable[Sequence[int]],
-    vocab_size: int,
-    eos_id: int,
-    frequent: int = DEFAULT_FREQUENT,
-    per_source: int = DEFAULT_PER_SOURCE,
-    min_count: int = DEFAULT_MIN_COUNT,
-    exclude: Sequence[int] = (),
-) -> Shortlist:
-    """A shortlist from a parallel corpus given as ids (see the module docstring).
-
-    Args:
-        source_ids_lines, target_ids_lines: ids of each sentence pair (equal counts).
-        vocab_size: V, the model's vocabulary.
-        eos_id: always a candidate.
-        frequent: N, the most frequent target pieces (by token count) kept always.
-        per_source: K, translations kept per source piece.
-        min_count: a translation must co-occur with its source piece in this many pairs.
-        exclude: ids never counted as frequent or as a translation (e.g. pad, bos).
-
-    Returns:
-        The `Shortlist`.
-
-    Raises:
-        ValueError: bad sizes, unequal line counts, or ids outside the vocabulary.
-    """
-    if frequent < 0 or per_source < 0 or min_count < 1:
-        raise ValueError(
-            f"need frequent >= 0, per_source >= 0, min_count >= 1; got {frequent}, "
-            f"{per_source}, {min_count}"
-        )
-    try:
-        keys, pair_count, src_df, _, tgt_tokens, pairs = _pair_counts(
-            source_ids_lines, target_ids_lines, vocab_size
-        )
-    except ValueError as err:
-        if "zip()" in str(err):
-            raise ValueError(f"source and target have different numbers of lines ({err})") from None
-        raise
-    banned = np.zeros(vocab_size, dtype=bool)
-    banned[list(exclude)] = True
-    order = np.argsort(-np.where(banned, -1, tgt_tokens), kind="stable")
-    top = order[: min(frequent, int((tgt_tokens > 0).sum()))]
-    top = top[~banned[top]]
-    is_frequent = np.zeros(vocab_size, dtype=bool)
-    is_frequent[top] = True
-
-    s, t = keys // vocab_size, keys % vocab_size
-    usable = (pair_count >= min_count) & ~is_frequent[t] & ~banned[t]
-    s, t, count = s[usable], t[usable], pair_count[usable]
-    score = count / src_df[s]  # p(t | s); ties broken by the more frequent target
-    ranked = np.lexsort((-tgt_tokens[t], -score, s))
-    s, t = s[ranked], t[ranked]
-    first = np.searchsorted(s, s, side="left")  # where each source piece's run begins
-    rank = np.arange(s.size) - first
-    keep = rank < per_source
-    table = np.full((vocab_size, per_source), -1, dtype=np.int64)
-    table[s[keep], rank[keep]] = t[keep]
-    log.info(
-        "shortlist from %d sentence pairs: %d frequent pieces, up to %d translations for "
-        "%d source pieces",
-        pairs,
-        top.size,
-        per_source,
-        int((table[:, :1] >= 0).sum()) if per_source else 0,
-    )
-    return Shortlist(torch.from_numpy(np.sort(top)), torch.from_numpy(table), eos_id)
-
-
-def recall(
-    shortlist: Shortlist,
-    source_ids_lines: Sequence[Sequence[int]],
-    target_ids_lines: Sequence[Sequence[int]],
-) -> float:
-    """The share of reference target pieces in their own sentence's candidate set.
-
-    Args:
-        shortlist: the shortlist.
-        source_ids_lines, target_ids_lines: the reference pairs, as ids.
-
-    Returns:
-        A number in [0, 1] (1.0 when the references hold no pieces).
-
-    Raises:
-        ValueError: unequal line counts.
-    """
-    if len(source_ids_lines) != len(target_ids_lines):
-        raise ValueError(
-            f"{len(source_ids_lines)} source lines but {len(target_ids_lines)} target lines"
-        )
-    found = total = 0
-    for src, tgt in zip(source_ids_lines, target_ids_lines, strict=True):
-        allowed = torch.zeros(shortlist.vocab_size, dtype=torch.bool)
-        allowed[shortlist.candidates(list(src))] = True
-        tgt = torch.as_tensor(list(tgt), dtype=torch.long)
-        found += int(allowed[tgt].sum())
-        total += tgt.numel()
-    return found / total if total else 1.0
-
-
-def read_parallel(source: str | Path, target: str | Path) -> tuple[list[str], list[str]]:
-    """Two line-aligned text files.
-
-    Raises:
-        FileNotFoundError: a missing file.
-        ValueError: invalid UTF-8 (file and line named) or unequal line counts.
-    """
-    source_lines, target_lines = read_lines(source), read_lines(target)
-    if len(source_lines) != len(target_lines):
-        shorter, line = (
-            (source, len(source_lines) + 1)
-            if len(source_lines) < len(target_lines)
-            else (target, len(target_lines) + 1)
-        )
-        raise ValueError(
-            f"{shorter}:{line}: the file ends here, but {source} has {len(source_lines)} lines "
-            f"and {target} {len(target_lines)}: the files must be line-aligned"
-        )
-    return source_lines, target_lines
-
-
-# ----- decoding over the candidates ------------------------------------------------
 
 
 def _float_output(engine: Transformer) -> tuple[Tensor | None, Tensor | None]:
@@ -444,43 +142,3 @@ class ShortlistedDecoding(EncoderDecoderDecoding):
 
 
 # ----- from text files -----------------------------------------------------------
-
-
-def encode_target(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
-    """Target-side ids of `texts`: a Marian tokenizer's target model, else `encode_batch`."""
-    target = getattr(tokenizer, "target", None)  # aiayn.io.marian.MarianTokenizer
-    if target is None:
-        return tokenizer.encode_batch(texts)
-    unk = tokenizer.unk_id
-    return [
-        [tokenizer.piece_to_id.get(piece, unk) for piece in target.EncodeAsPieces(text)]
-        for text in texts
-    ]
-
-
-def build_from_files(
-    tokenizer: Tokenizer,
-    source: str | Path,
-    target: str | Path,
-    frequent: int = DEFAULT_FREQUENT,
-    per_source: int = DEFAULT_PER_SOURCE,
-    min_count: int = DEFAULT_MIN_COUNT,
-) -> Shortlist:
-    """`build` from two line-aligned text files, tokenized with the model's `tokenizer`.
-
-    Raises:
-        FileNotFoundError: a missing file.
-        ValueError: invalid UTF-8 or unequal line counts (file and line named).
-    """
-    source_lines, target_lines = read_parallel(source, target)
-    specials = sorted({tokenizer.pad_id, tokenizer.bos_id})
-    return build(
-        tokenizer.encode_batch(source_lines),
-        encode_target(tokenizer, target_lines),
-        tokenizer.vocab_size,
-        tokenizer.eos_id,
-        frequent,
-        per_source,
-        min_count,
-        exclude=specials,
-    )

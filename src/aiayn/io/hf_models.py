@@ -56,6 +56,13 @@ import torch
 from aiayn.config import Activation, ModelConfig
 from aiayn.files import write_atomic
 from aiayn.io.checkpoint import WEIGHTS_FILE, save_model
+from aiayn.io.hf_config import (
+    MAX_POSITIONS,
+    ConfigFields,
+    check_shapes,
+    checked_tensor,
+    read_json_object,
+)
 from aiayn.io.marian import read_weights
 from aiayn.models.decoder_only import DecoderOnly
 from aiayn.models.encoder_only import EncoderOnly
@@ -115,12 +122,9 @@ def read_hf_config(directory: Path, model_type: str) -> dict[str, Any]:
     path = directory / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"no config.json in {directory}: not a {model_type} directory")
-    try:
-        hf = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise HFFormatError(f"{path} is not valid JSON: {err}") from None
-    if not isinstance(hf, dict) or hf.get("model_type") != model_type:
-        found = hf.get("model_type") if isinstance(hf, dict) else None
+    hf = read_json_object(path, HFFormatError)
+    if hf.get("model_type") != model_type:
+        found = hf.get("model_type")
         raise HFFormatError(
             f"{path}: model_type={found!r}, expected {model_type!r} "
             f"(aiayn convert {model_type} reads {model_type} checkpoints only)"
@@ -140,12 +144,6 @@ def _check_refused(model_type: str, hf: dict[str, Any], refused: dict[str, Any])
             )
 
 
-def _required(model_type: str, hf: dict[str, Any], field: str) -> Any:
-    if field not in hf:
-        raise HFFormatError(f"{model_type} config.json has no field {field}")
-    return hf[field]
-
-
 def _activation(model_type: str, hf: dict[str, Any], field: str) -> Activation:
     activation = _ACTIVATIONS.get(hf.get(field))
     if activation is None:
@@ -160,32 +158,31 @@ def gpt2_model_config(hf: dict[str, Any]) -> ModelConfig:
         HFFormatError: naming the field that has no faithful mapping.
     """
 
-    def need(field: str) -> Any:
-        return _required("gpt2", hf, field)
-
+    fields = ConfigFields(hf, "gpt2 config.json", HFFormatError)
     _check_refused("gpt2", hf, _GPT2_REFUSED_UNLESS)
     activation = _activation("gpt2", hf, "activation_function")
-    dropout = hf.get("resid_pdrop", 0.1)
-    if hf.get("embd_pdrop", dropout) != dropout:
+    dropout = fields.probability("resid_pdrop", 0.1)
+    if fields.probability("embd_pdrop", dropout) != dropout:
         raise _refuse("gpt2", hf, "embd_pdrop", f"aiayn has one dropout, resid_pdrop={dropout}")
-    d_model = need("n_embd")
-    eos_id = hf.get("eos_token_id", 50256)
-    pad_id = hf.get("pad_token_id")
-    if pad_id is None or pad_id == eos_id:
+    d_model = fields.int("n_embd")
+    vocab_size = fields.int("vocab_size")
+    eos_id = fields.int("eos_token_id", 50256, low=0, high=vocab_size - 1)
+    pad_id = fields.int("pad_token_id", 0, low=0, high=vocab_size - 1)
+    if pad_id == eos_id:
         pad_id = 0
     return _model_config(
         "gpt2",
         ModelConfig.gpt,
-        vocab_size=need("vocab_size"),
+        vocab_size=vocab_size,
         d_model=d_model,
-        n_heads=need("n_head"),
-        d_ff=hf.get("n_inner") or 4 * d_model,
-        n_layers=need("n_layer"),
-        max_len=need("n_positions"),
+        n_heads=fields.int("n_head"),
+        d_ff=fields.int("n_inner", 4 * d_model),
+        n_layers=fields.int("n_layer"),
+        max_len=fields.int("n_positions", high=MAX_POSITIONS),
         activation=activation,
         dropout=dropout,
-        attention_dropout=hf.get("attn_pdrop", 0.1),
-        layer_norm_eps=hf.get("layer_norm_epsilon", 1e-5),
+        attention_dropout=fields.probability("attn_pdrop", 0.1),
+        layer_norm_eps=fields.float("layer_norm_epsilon", 1e-5, 1e-30, 1.0),
         pad_id=pad_id,
         bos_id=pad_id,
         eos_id=eos_id,
@@ -205,14 +202,13 @@ def bert_model_config(hf: dict[str, Any], vocabulary: list[str] | None = None) -
             [CLS] and [SEP] ids cannot be found.
     """
 
-    def need(field: str) -> Any:
-        return _required("bert", hf, field)
-
+    fields = ConfigFields(hf, "bert config.json", HFFormatError)
     _check_refused("bert", hf, _BERT_REFUSED_UNLESS)
+    vocab_size = fields.int("vocab_size")
     activation = _activation("bert", hf, "hidden_act")
     specials = {}
     for name, token in (("cls_token_id", "[CLS]"), ("sep_token_id", "[SEP]")):
-        value = hf.get(name)
+        value = fields.int(name, None, low=0, high=vocab_size - 1)
         if value is None and vocabulary is not None and token in vocabulary:
             value = vocabulary.index(token)
         if value is None:
@@ -224,18 +220,18 @@ def bert_model_config(hf: dict[str, Any], vocabulary: list[str] | None = None) -
     return _model_config(
         "bert",
         ModelConfig.bert,
-        vocab_size=need("vocab_size"),
-        d_model=need("hidden_size"),
-        n_heads=need("num_attention_heads"),
-        d_ff=need("intermediate_size"),
-        n_layers=need("num_hidden_layers"),
-        max_len=need("max_position_embeddings"),
-        type_vocab_size=hf.get("type_vocab_size", 2),
+        vocab_size=vocab_size,
+        d_model=fields.int("hidden_size"),
+        n_heads=fields.int("num_attention_heads"),
+        d_ff=fields.int("intermediate_size"),
+        n_layers=fields.int("num_hidden_layers"),
+        max_len=fields.int("max_position_embeddings", high=MAX_POSITIONS),
+        type_vocab_size=fields.int("type_vocab_size", 2, low=0, high=MAX_POSITIONS),
         activation=activation,
-        dropout=hf.get("hidden_dropout_prob", 0.1),
-        attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
-        layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
-        pad_id=hf.get("pad_token_id", 0),
+        dropout=fields.probability("hidden_dropout_prob", 0.1),
+        attention_dropout=fields.probability("attention_probs_dropout_prob", 0.1),
+        layer_norm_eps=fields.float("layer_norm_eps", 1e-12, 1e-30, 1.0),
+        pad_id=fields.int("pad_token_id", 0, low=0, high=vocab_size - 1),
         bos_id=specials["cls_token_id"],
         eos_id=specials["sep_token_id"],
     )
@@ -255,7 +251,8 @@ def _model_config(model_type: str, preset: Any, **fields: Any) -> ModelConfig:
 class _Weights:
     """A checkpoint's tensors, handed out by name; those handed out are counted."""
 
-    def __init__(self, tensors: dict[str, torch.Tensor], prefix: str) -> None:
+    def __init__(self, tensors: dict[str, torch.Tensor], prefix: str, where: Path) -> None:
+        self.where = where
         # A task head's checkpoint (GPT2LMHeadModel, BertForMaskedLM) prefixes the
         # base model's names ("transformer.", "bert."); a bare base model does not.
         self.tensors = {
@@ -275,7 +272,7 @@ class _Weights:
         if name not in self.tensors:
             raise HFFormatError(f"the checkpoint has no tensor {name}")
         self.used.add(name)
-        return self.tensors[name]
+        return checked_tensor(name, self.tensors[name], self.where, HFFormatError)
 
     def check_all_used(self, ignored: Any) -> None:
         """Refuse tensors neither used nor `ignored(name)`: they would be dropped silently."""
@@ -371,12 +368,12 @@ def bert_state_dict(weights: _Weights, cfg: ModelConfig) -> dict[str, torch.Tens
     return state
 
 
-def _load(model: torch.nn.Module, state: dict[str, torch.Tensor], directory: Path) -> None:
-    try:
-        model.load_state_dict(state, strict=True)
-    except RuntimeError as err:
-        raise HFFormatError(f"the weights in {directory} do not fit their config: {err}") from None
-    model.eval()
+def _build(shape: type, cfg: ModelConfig, state: dict[str, torch.Tensor], directory: Path):
+    """`shape(cfg)` holding `state`, its sizes checked against the weights before it is made."""
+    check_shapes(lambda: shape(cfg), state, directory, HFFormatError)
+    model = shape(cfg)
+    model.load_state_dict(state, strict=True)
+    return model.eval()
 
 
 def load_gpt2(directory: str | Path) -> tuple[DecoderOnly, ModelConfig]:
@@ -389,11 +386,10 @@ def load_gpt2(directory: str | Path) -> tuple[DecoderOnly, ModelConfig]:
     """
     directory = Path(directory)
     cfg = gpt2_model_config(read_hf_config(directory, "gpt2"))
-    weights = _Weights(read_weights(directory), prefix="transformer.")
+    weights = _Weights(read_weights(directory), prefix="transformer.", where=directory)
     tied = _tied(weights, "wte.weight", "lm_head.weight")
     cfg = dataclasses.replace(cfg, tie_output=tied)
-    model = DecoderOnly(cfg)
-    _load(model, gpt2_state_dict(weights, cfg), directory)
+    model = _build(DecoderOnly, cfg, gpt2_state_dict(weights, cfg), directory)
     weights.check_all_used(lambda name: name.endswith(_GPT2_IGNORED_SUFFIXES))
     return model, cfg
 
@@ -411,13 +407,15 @@ def load_bert(directory: str | Path) -> tuple[EncoderOnly, ModelConfig]:
     """
     directory = Path(directory)
     vocab = directory / "vocab.txt"
-    vocabulary = vocab.read_text(encoding="utf-8").splitlines() if vocab.is_file() else None
+    try:
+        vocabulary = vocab.read_text(encoding="utf-8").splitlines() if vocab.is_file() else None
+    except UnicodeDecodeError as err:
+        raise HFFormatError(f"{vocab} is not UTF-8 text: {err}") from None
     cfg = bert_model_config(read_hf_config(directory, "bert"), vocabulary)
-    weights = _Weights(read_weights(directory), prefix="bert.")
+    weights = _Weights(read_weights(directory), prefix="bert.", where=directory)
     tied = _tied(weights, "embeddings.word_embeddings.weight", "cls.predictions.decoder.weight")
     cfg = dataclasses.replace(cfg, tie_output=tied)
-    model = EncoderOnly(cfg)
-    _load(model, bert_state_dict(weights, cfg), directory)
+    model = _build(EncoderOnly, cfg, bert_state_dict(weights, cfg), directory)
     weights.check_all_used(lambda name: name.startswith(_BERT_IGNORED_PREFIXES))
     return model, cfg
 
@@ -431,6 +429,15 @@ def _tokenizer_files(directory: Path, model_type: str) -> list[str]:
     if not any(all(n in present for n in needed) for needed in _NEEDED_TOKENIZER[model_type]):
         wanted = " or ".join(" + ".join(needed) for needed in _NEEDED_TOKENIZER[model_type])
         raise FileNotFoundError(f"no tokenizer in {directory}: it needs {wanted}")
+    for name in (n for n in present if n.endswith(".json")):
+        values = read_json_object(directory / name, HFFormatError)
+        if name == "vocab.json":  # GPT-2's pieces -> ids
+            bad = next(((p, i) for p, i in values.items() if type(i) is not int or i < 0), None)
+            if bad is not None:
+                raise HFFormatError(
+                    f"{directory / name}: piece {bad[0]!r} has id {bad[1]!r}; ids must be "
+                    "integers >= 0"
+                )
     return present
 
 

@@ -45,9 +45,16 @@ import sentencepiece as spm
 import torch
 from safetensors.torch import load_file
 
-from aiayn.config import Activation, ModelConfig
+from aiayn.config import MAX_ALPHA, MAX_BEAM, Activation, ModelConfig
 from aiayn.files import write_atomic
 from aiayn.io.checkpoint import WEIGHTS_FILE, save_model
+from aiayn.io.hf_config import (
+    MAX_POSITIONS,
+    ConfigFields,
+    check_shapes,
+    checked_tensor,
+    read_json_object,
+)
 from aiayn.models.encoder_decoder import Transformer
 
 log = logging.getLogger(__name__)
@@ -100,13 +107,16 @@ class MarianFormatError(ValueError):
 
 
 def read_marian_config(directory: Path) -> dict[str, Any]:
+    """DIRECTORY/config.json's fields.
+
+    Raises:
+        FileNotFoundError: no config.json.
+        MarianFormatError: not UTF-8 JSON, or not an object.
+    """
     path = directory / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"no config.json in {directory}: not a Marian model directory")
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise MarianFormatError(f"{path} is not valid JSON: {err}") from None
+    return read_json_object(path, MarianFormatError)
 
 
 def marian_model_config(hf: dict[str, Any]) -> ModelConfig:
@@ -119,6 +129,8 @@ def marian_model_config(hf: dict[str, Any]) -> ModelConfig:
     def refuse(field: str, why: str) -> MarianFormatError:
         return MarianFormatError(f"Marian config field {field}={hf.get(field)!r}: {why}")
 
+    fields = ConfigFields(hf, "Marian config.json", MarianFormatError)
+
     if hf.get("model_type", "marian") != "marian":
         raise refuse("model_type", "only Marian models are supported")
     for field, accepted in _REFUSED_UNLESS.items():
@@ -129,37 +141,43 @@ def marian_model_config(hf: dict[str, Any]) -> ModelConfig:
         ("encoder_attention_heads", "decoder_attention_heads"),
         ("encoder_ffn_dim", "decoder_ffn_dim"),
     ]:
-        if hf[encoder_field] != hf[decoder_field]:
+        if fields.int(encoder_field) != fields.int(decoder_field):
             raise refuse(decoder_field, f"differs from {encoder_field}={hf[encoder_field]!r}")
-    decoder_vocab = hf.get("decoder_vocab_size") or hf["vocab_size"]
-    if decoder_vocab != hf["vocab_size"]:
-        raise refuse("decoder_vocab_size", f"differs from vocab_size={hf['vocab_size']}")
+    vocab_size = fields.int("vocab_size")
+    if fields.int("decoder_vocab_size", vocab_size) != vocab_size:
+        raise refuse("decoder_vocab_size", f"differs from vocab_size={vocab_size}")
     activation = _ACTIVATIONS.get(hf.get("activation_function", "swish"))
     if activation is None:
         raise refuse("activation_function", f"supported: {', '.join(_ACTIVATIONS)}")
-    pad_id = hf["pad_token_id"]
-    return ModelConfig(
-        vocab_size=hf["vocab_size"],
-        d_model=hf["d_model"],
-        n_heads=hf["encoder_attention_heads"],
-        d_ff=hf["encoder_ffn_dim"],
-        n_layers=hf["encoder_layers"],
-        n_encoder_layers=hf["encoder_layers"],
-        n_decoder_layers=hf["decoder_layers"],
-        dropout=hf.get("dropout", 0.1),
-        attention_dropout=hf.get("attention_dropout", 0.0),
-        activation=activation,
-        positional="sinusoidal_halves",
-        max_len=hf.get("max_position_embeddings", 512),
-        norm_first=False,
-        tie_embeddings=True,  # both ties are settled from the weights (module docstring)
-        tie_output=True,
-        output_bias=True,
-        scale_embeddings=hf.get("scale_embedding", False),
-        pad_id=pad_id,
-        bos_id=hf.get("decoder_start_token_id", pad_id),
-        eos_id=hf["eos_token_id"],
-    )
+    scale_embedding = hf.get("scale_embedding", False)
+    if not isinstance(scale_embedding, bool):
+        raise refuse("scale_embedding", "must be true or false")
+    pad_id = fields.int("pad_token_id", low=0, high=vocab_size - 1)
+    try:
+        return ModelConfig(
+            vocab_size=vocab_size,
+            d_model=fields.int("d_model"),
+            n_heads=fields.int("encoder_attention_heads"),
+            d_ff=fields.int("encoder_ffn_dim"),
+            n_layers=fields.int("encoder_layers"),
+            n_encoder_layers=fields.int("encoder_layers"),
+            n_decoder_layers=fields.int("decoder_layers"),
+            dropout=fields.probability("dropout", 0.1),
+            attention_dropout=fields.probability("attention_dropout", 0.0),
+            activation=activation,
+            positional="sinusoidal_halves",
+            max_len=fields.int("max_position_embeddings", 512, high=MAX_POSITIONS),
+            norm_first=False,
+            tie_embeddings=True,  # both ties are settled from the weights (module docstring)
+            tie_output=True,
+            output_bias=True,
+            scale_embeddings=scale_embedding,
+            pad_id=pad_id,
+            bos_id=fields.int("decoder_start_token_id", pad_id, low=0, high=vocab_size - 1),
+            eos_id=fields.int("eos_token_id", low=0, high=vocab_size - 1),
+        )
+    except ValueError as err:  # a combination out of range (d_model not divisible by heads)
+        raise MarianFormatError(f"Marian config.json has no valid aiayn mapping: {err}") from None
 
 
 def read_weights(directory: Path) -> dict[str, torch.Tensor]:
@@ -190,15 +208,32 @@ def embedding_ties(weights: dict[str, torch.Tensor]) -> tuple[bool, bool]:
     return torch.equal(source, target), torch.equal(output, target)
 
 
+_TIES_AND_POSITIONS = (
+    "model.shared.weight",
+    "model.encoder.embed_tokens.weight",
+    "model.decoder.embed_tokens.weight",
+    "lm_head.weight",  # compared by `embedding_ties`
+    "model.encoder.embed_positions.weight",  # sinusoids older versions store, recomputed
+    "model.decoder.embed_positions.weight",
+)
+
+
 def convert_state_dict(
-    weights: dict[str, torch.Tensor], cfg: ModelConfig
+    weights: dict[str, torch.Tensor], cfg: ModelConfig, where: Path = Path("the weights")
 ) -> dict[str, torch.Tensor]:
-    """Rename Marian's tensors to aiayn's (every one accounted for)."""
+    """Rename Marian's tensors to aiayn's (every one accounted for).
+
+    Raises:
+        MarianFormatError: a tensor is missing, not floating point, not finite, or
+            left over (the conversion would drop it silently).
+    """
+    used: set[str] = set(_TIES_AND_POSITIONS)
 
     def first(*names: str) -> torch.Tensor:
         for name in names:
             if name in weights:
-                return weights[name]
+                used.add(name)
+                return checked_tensor(name, weights[name], where, MarianFormatError)
         raise MarianFormatError(f"the weights have none of {', '.join(names)}")
 
     shared = ("model.shared.weight",)
@@ -237,6 +272,10 @@ def convert_state_dict(
         copy(f"{ours}.feed_forward.linear1", f"{theirs}.fc1")
         copy(f"{ours}.feed_forward.linear2", f"{theirs}.fc2")
         copy(f"{ours}.ff_residual.norm", f"{theirs}.final_layer_norm")
+    left = sorted(set(weights) - used)
+    if left:
+        shown = ", ".join(left[:5]) + (" ..." if len(left) > 5 else "")
+        raise MarianFormatError(f"{where} has tensors the conversion does not map: {shown}")
     return out
 
 
@@ -252,14 +291,10 @@ def load_marian_model(directory: str | Path) -> Transformer:
     weights = read_weights(directory)
     tie_embeddings, tie_output = embedding_ties(weights)
     cfg = dataclasses.replace(cfg, tie_embeddings=tie_embeddings, tie_output=tie_output)
-    state = convert_state_dict(weights, cfg)
+    state = convert_state_dict(weights, cfg, directory)
+    check_shapes(lambda: Transformer(cfg), state, directory, MarianFormatError)
     model = Transformer(cfg)
-    try:
-        model.load_state_dict(state, strict=True)
-    except RuntimeError as err:
-        raise MarianFormatError(
-            f"the weights in {directory} do not fit their config: {err}"
-        ) from None
+    model.load_state_dict(state, strict=True)
     return model.eval()
 
 
@@ -275,11 +310,8 @@ class MarianTokenizer:
         for name in TOKENIZATION_FILES:
             if not (directory / name).is_file():
                 raise FileNotFoundError(f"no {name} in {directory}: not a Marian model directory")
-        self.source = spm.SentencePieceProcessor(model_file=str(directory / "source.spm"))
-        self.target = spm.SentencePieceProcessor(model_file=str(directory / "target.spm"))
-        self.piece_to_id: dict[str, int] = json.loads(
-            (directory / "vocab.json").read_text(encoding="utf-8")
-        )
+        self.source, self.target = (_sentencepiece(directory / n) for n in TOKENIZATION_FILES[:2])
+        self.piece_to_id = _vocabulary(directory / "vocab.json")
         self._piece_of_id = {i: piece for piece, i in self.piece_to_id.items()}
         self.pad_id = self.piece_to_id["<pad>"]
         self.eos_id = self.piece_to_id["</s>"]
@@ -323,6 +355,37 @@ class MarianTokenizer:
         if token_id not in self._piece_of_id:
             raise ValueError(f"id {token_id} has no piece in {self.path / 'vocab.json'}")
         return self._piece_of_id[token_id]
+
+
+def _sentencepiece(path: Path) -> spm.SentencePieceProcessor:
+    try:
+        return spm.SentencePieceProcessor(model_file=str(path))
+    except (RuntimeError, OSError) as err:
+        raise MarianFormatError(f"{path} is not a sentencepiece model: {err}") from None
+
+
+def _vocabulary(path: Path) -> dict[str, int]:
+    """vocab.json: pieces to distinct integer ids, with <pad>, </s> and <unk>.
+
+    Raises:
+        MarianFormatError: naming the file and the first entry that is not so.
+    """
+    vocabulary = read_json_object(path, MarianFormatError)
+    seen: dict[int, str] = {}
+    for piece, token_id in vocabulary.items():
+        if isinstance(token_id, bool) or not isinstance(token_id, int) or token_id < 0:
+            raise MarianFormatError(
+                f"{path}: piece {piece!r} has id {token_id!r}; ids must be integers >= 0"
+            )
+        if token_id in seen:
+            raise MarianFormatError(
+                f"{path}: id {token_id} is given to {seen[token_id]!r} and {piece!r}"
+            )
+        seen[token_id] = piece
+    for piece in ("<pad>", "</s>", "<unk>"):
+        if piece not in vocabulary:
+            raise MarianFormatError(f"{path} has no {piece} piece")
+    return vocabulary
 
 
 DEFAULT_NEW_TOKENS = 20
@@ -402,18 +465,24 @@ def marian_generation(directory: str | Path) -> MarianGeneration:
     values = read_marian_config(directory)
     generation_file = directory / "generation_config.json"
     if generation_file.is_file():
-        try:
-            values = {**values, **json.loads(generation_file.read_text(encoding="utf-8"))}
-        except json.JSONDecodeError as err:
-            raise MarianFormatError(f"{generation_file} is not valid JSON: {err}") from None
+        values = {**values, **read_json_object(generation_file, MarianFormatError)}
+    fields = ConfigFields(values, "Marian generation settings", MarianFormatError)
     for field, accepted in _GENERATION_REFUSED_UNLESS.items():
         if values.get(field) not in accepted:
             raise MarianFormatError(
                 f"generation field {field}={values[field]!r}: not supported by aiayn's search"
             )
-    eos_id = values["eos_token_id"]
-    bad = {values["pad_token_id"]}
-    for word in values.get("bad_words_ids") or []:
+    eos_id = fields.int("eos_token_id", low=0)
+    bad = {fields.int("pad_token_id", low=0)}
+    bad_words = values.get("bad_words_ids") or []
+    if not isinstance(bad_words, list) or not all(
+        isinstance(word, list) and all(isinstance(i, int) and i >= 0 for i in word)
+        for word in bad_words
+    ):
+        raise MarianFormatError(
+            f"generation field bad_words_ids={bad_words!r}: must be lists of token ids"
+        )
+    for word in bad_words:
         if len(word) == 1:
             bad.add(word[0])
         else:
@@ -431,15 +500,15 @@ def marian_generation(directory: str | Path) -> MarianGeneration:
             directory,
         )
     length_penalty = values.get("length_penalty")
-    length_penalty = 1.0 if length_penalty is None else float(length_penalty)
-    if length_penalty < 0:
+    if isinstance(length_penalty, int | float) and length_penalty < 0:
         raise MarianFormatError(
             f"generation field length_penalty={length_penalty!r}: negative values are not supported"
         )
+    length_penalty = fields.float("length_penalty", 1.0, 0.0, MAX_ALPHA)
     return MarianGeneration(
-        beam=values.get("num_beams") or 1,
+        beam=fields.int("num_beams", 1, high=MAX_BEAM),
         # transformers 5 without a max_length: 20 new tokens after the decoder start
-        max_length=values.get("max_length") or DEFAULT_NEW_TOKENS + 1,
+        max_length=fields.int("max_length", DEFAULT_NEW_TOKENS + 1, low=2, high=MAX_POSITIONS),
         length_penalty=length_penalty,
         bad_word_ids=tuple(sorted(bad)),
         early_stopping=_early_stopping(values.get("early_stopping")),
@@ -468,7 +537,12 @@ def convert_marian(directory: str | Path, out: str | Path, int8: bool = False) -
     directory, out = Path(directory), Path(out)
     model = load_marian_model(directory)
     generation = marian_generation(directory)
-    MarianTokenizer(directory)  # all three tokenization files are there and readable
+    tokenizer = MarianTokenizer(directory)  # the three tokenization files are there and sound
+    if tokenizer.vocab_size > model.cfg.vocab_size:
+        raise MarianFormatError(
+            f"{directory / 'vocab.json'} has ids up to {tokenizer.vocab_size - 1}, but "
+            f"config.json's vocab_size is {model.cfg.vocab_size}"
+        )
     (out / CONVERTED_FILE).unlink(missing_ok=True)  # unmarked until whole again
     for name in TOKENIZATION_FILES:
         write_atomic(out / name, (directory / name).read_bytes())

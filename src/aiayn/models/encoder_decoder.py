@@ -159,10 +159,13 @@ def _attention(cfg: ModelConfig, name: str) -> MultiHeadAttention:
 
 
 def attention_sublayers(model: nn.Module) -> dict[str, MultiHeadAttention]:
-    """Every attention sub-layer of an encoder-decoder by name, in model order:
-    "encoder.I.self", then "decoder.I.self" and "decoder.I.cross" per decoder layer."""
+    """Every attention sub-layer of a model by name, in model order: "encoder.I.self",
+    then "decoder.I.self" and "decoder.I.cross" per decoder layer. A decoder-only
+    (GPT) model has only "decoder.I.self", an encoder-only (BERT) one "encoder.I.self"."""
     found = {}
     for stack in ("encoder", "decoder"):
+        if getattr(model, stack, None) is None:
+            continue
         for i, layer in enumerate(getattr(model, stack).layers):
             found[f"{stack}.{i}.self"] = layer.self_attn
             if getattr(layer, "cross_attn", None) is not None:

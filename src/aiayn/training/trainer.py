@@ -56,6 +56,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from aiayn.config import TrainConfig
+from aiayn.devices import usable_device
 from aiayn.files import (
     LockHeld,
     check_output,
@@ -478,15 +479,9 @@ def _training_network(model: nn.Module, device: torch.device, compile: bool) -> 
 def resolve_device(device: str | None, env: distributed.DistEnv) -> torch.device:
     """`device`, or CUDA when available, else CPU; under torchrun, GPU `local_rank`."""
     name = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        resolved = torch.device(name)
-    except RuntimeError:
-        raise ValueError(f"device {name!r}: not a device name (cpu, cuda, cuda:1, ...)") from None
-    if resolved.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {name!r}: no CUDA device is available here")
-        if resolved.index is None:
-            resolved = torch.device("cuda", env.local_rank)
+    resolved = usable_device(name, "device")
+    if resolved.type == "cuda" and resolved.index is None:
+        resolved = torch.device("cuda", env.local_rank)
     return resolved
 
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from aiayn.apps.serve.batcher import BatchLimits
+
+MAX_DEADLINE_S = 86_400.0
+"""The longest deadline and batching wait taken, a day: a longer one is no deadline,
+and timers of much longer ones overflow."""
 
 
 @dataclass(frozen=True)
@@ -16,13 +21,16 @@ class ServeConfig:
             a request that does not fit gets 429.
         max_tokens: source tokens per batch (rows x longest, padding included).
         max_batch: sentences per batch at most (1 = no batching).
-        max_wait_ms: how long the model may stay idle while sentences wait for others.
+        max_wait_ms: how long the model may stay idle while sentences wait for others
+            (at most `MAX_DEADLINE_S`).
         max_chars: characters per request at most (413 above).
         max_sentences: sentences per request at most (413 above).
         max_request_tokens: source subword tokens per request at most (413 above).
         max_beam: the widest beam a request may ask for (422 above).
-        deadline_s: seconds a request may take, queueing included (504 after).
-        threads: torch's intra-op threads for the inference thread.
+        deadline_s: seconds a request may take, queueing included (504 after), at
+            most `MAX_DEADLINE_S`.
+        threads: torch's intra-op threads for the inference thread (at most the
+            machine's cores).
     """
 
     queue_size: int = 256
@@ -44,10 +52,19 @@ class ServeConfig:
         for name in positive.split():
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_wait_ms < 0:
-            raise ValueError(f"max_wait_ms must be >= 0, got {self.max_wait_ms}")
-        if self.deadline_s <= 0:
-            raise ValueError(f"deadline_s must be > 0 seconds, got {self.deadline_s}")
+        if not 0 < self.deadline_s <= MAX_DEADLINE_S:  # nan too
+            raise ValueError(
+                f"deadline_s must lie in (0, {MAX_DEADLINE_S:g}] seconds, got {self.deadline_s}"
+            )
+        if not 0 <= self.max_wait_ms <= 1000 * MAX_DEADLINE_S:
+            raise ValueError(
+                f"max_wait_ms must lie in [0, {1000 * MAX_DEADLINE_S:.0f}], got {self.max_wait_ms}"
+            )
+        cores = os.cpu_count() or 1
+        if self.threads > cores:
+            raise ValueError(
+                f"threads must lie in [1, {cores}] (this machine's cores), got {self.threads}"
+            )
         if self.max_sentences > self.queue_size:
             raise ValueError(
                 f"max_sentences ({self.max_sentences}) must not exceed queue_size "
