@@ -82,9 +82,9 @@ test: install lint sword browser
 # Speed against the peers (README, "Speed"); QUICK=1 for fewer rounds.
 bench: install
 	$(BIN)/pip install --quiet -e ".[test,hf,bench]" "$(TORCH)"  # torch stays pinned
-	PYTHONPATH=src $(BIN)/python benchmarks/bench_decode.py $(if $(QUICK),--quick)
-	PYTHONPATH=src $(BIN)/python benchmarks/bench_train.py $(if $(QUICK),--quick)
-	PYTHONPATH=src $(BIN)/python benchmarks/bench_attention.py $(if $(QUICK),--quick)
+	$(BIN)/python -m benchmarks.bench_decode $(if $(QUICK),--quick)
+	$(BIN)/python -m benchmarks.bench_train $(if $(QUICK),--quick)
+	$(BIN)/python -m benchmarks.bench_attention $(if $(QUICK),--quick)
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache

@@ -1,8 +1,8 @@
 """Record a quickstart run for README's seed table and the packaged reference line.
 
     aiayn quickstart --out runs/qs-seed0 --minutes 15 --seed 0
-    PYTHONPATH=src python benchmarks/record_quickstart.py runs/qs-seed0 --name quickstart-seed0-15min
-    python benchmarks/report.py --write     # README's quickstart table and
+    python -m benchmarks.record_quickstart runs/qs-seed0 --name quickstart-seed0-15min
+    python -m benchmarks.report --write     # README's quickstart table and
                                             # src/aiayn/configs/quickstart-reference.json
 
 It writes `benchmarks/results/NAME.json`: the run's results.json under "results", with
@@ -22,9 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import common
+from benchmarks import common
 
 NAME_PREFIX = "quickstart-"
 
@@ -89,7 +87,7 @@ def main() -> None:
         written = record(args.run_out, args.name, args.command)
     except (OSError, ValueError) as err:
         sys.exit(f"record_quickstart.py: {err}")
-    print(f"wrote {written}; now run: python benchmarks/report.py --write")
+    print(f"wrote {written}; now run: python -m benchmarks.report --write")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """README's measured tables, rendered from the committed results files.
 
-    python benchmarks/report.py            # print every table
-    python benchmarks/report.py --write    # put them into README.md
-    python benchmarks/report.py --check    # exit 1 naming each README table that is stale
+    python -m benchmarks.report            # print every table
+    python -m benchmarks.report --write    # put them into README.md
+    python -m benchmarks.report --check    # exit 1 naming each README table that is stale
 
 Every table in README.md that holds measured figures sits between two markers,
 
@@ -1056,7 +1056,7 @@ def quickstart_reference() -> dict[str, Any]:
             }
         )
     note = (
-        "written by `python benchmarks/report.py --write` from benchmarks/results/quickstart-*.json"
+        "written by `python -m benchmarks.report --write` from benchmarks/results/quickstart-*.json"
     )
     return {"note": note, "references": references}
 
@@ -1195,7 +1195,7 @@ def main() -> None:
         for line in problems:
             print(f"README.md: {line}", file=sys.stderr)
         if problems:
-            print("run `python benchmarks/report.py --write`", file=sys.stderr)
+            print("run `python -m benchmarks.report --write`", file=sys.stderr)
             sys.exit(1)
         print("README.md's measured tables match benchmarks/results/")
     elif args.write:

@@ -3,32 +3,22 @@ from benchmarks/results/quickstart-*.json (written by benchmarks/record_quicksta
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shlex
-import sys
 from pathlib import Path
 
 import pytest
 
 from aiayn.apps.quickstart import reference_file
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_script(name: str):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from benchmarks import record_quickstart
+from benchmarks import report as bench_report
+from benchmarks.profile_train import kind_of
 
 
 @pytest.fixture
 def report(monkeypatch, tmp_path):
-    module = load_script("report")
-    monkeypatch.setattr(module, "RESULTS", tmp_path)
-    return module
+    monkeypatch.setattr(bench_report, "RESULTS", tmp_path)
+    return bench_report
 
 
 def run_results(seed: int, bleu: float, chrf: float, minutes: float = 15, **extra) -> dict:
@@ -121,12 +111,11 @@ def test_runs_of_another_version_of_the_recipe_are_kept_apart(report, tmp_path, 
 
 
 def test_the_packaged_reference_equals_the_committed_results():
-    report = load_script("report")
-    assert reference_file().read_text(encoding="utf-8") == report.reference_text()
+    assert reference_file().read_text(encoding="utf-8") == bench_report.reference_text()
 
 
 def test_record_copies_results_with_provenance_and_the_command(monkeypatch, tmp_path):
-    record = load_script("record_quickstart")
+    record = record_quickstart
     monkeypatch.setattr(record.common, "RESULTS", tmp_path / "results")
     run = tmp_path / "run"
     run.mkdir()
@@ -181,7 +170,6 @@ class Event:
 
 
 def test_profile_kinds_by_name_then_by_caller():
-    kind_of = load_script("profile_train").kind_of
     step = Event("aiayn.step")
     backward = Event("autograd::engine::evaluate_function: AddmmBackward0", step)
     assert kind_of(Event("aten::mm", backward)) == "matmul / linear"
