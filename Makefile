@@ -11,7 +11,7 @@ BROWSER_PACKAGES := chromium chromium-driver
 # Folders ruff looks at (benchmarks/ may not exist yet).
 CODE := $(wildcard src tests benchmarks)
 
-.PHONY: demo test lint format install sword browser clean bench
+.PHONY: demo test lint format install sword browser clean bench release-reference
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -85,6 +85,11 @@ bench: install
 	$(BIN)/python -m benchmarks.bench_decode $(if $(QUICK),--quick)
 	$(BIN)/python -m benchmarks.bench_train $(if $(QUICK),--quick)
 	$(BIN)/python -m benchmarks.bench_attention $(if $(QUICK),--quick)
+
+# The release step: the quickstart's packaged reference line from the recorded runs in
+# benchmarks/results/ (no benchmark writes into src/).
+release-reference: install
+	$(BIN)/python -m benchmarks.release
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache

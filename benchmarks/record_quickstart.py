@@ -2,15 +2,16 @@
 
     aiayn quickstart --out runs/qs-seed0 --minutes 15 --seed 0
     python -m benchmarks.record_quickstart runs/qs-seed0 --name quickstart-seed0-15min
-    python -m benchmarks.report --write     # README's quickstart table and
-                                            # src/aiayn/configs/quickstart-reference.json
+    python -m benchmarks.report --write     # README's quickstart table
+    python -m benchmarks.release            # at a release: the packaged reference line
 
-It writes `benchmarks/results/NAME.json`: the run's results.json under "results", with
-the provenance of every results file (machine, CPU flags, versions, commit) and, as
-"command", the `aiayn quickstart` line that repeats the run (rebuilt from results.json
-unless `--command` gives it). Its date is the run's own (results.json's); no load average
-is recorded, as the load now is not the one the run trained under. Record from the
-checkout that ran it, right after the run: the commit and the machine are read now.
+It writes `benchmarks/results/NAME.json`, and nothing under `src/`: the run's results.json
+under "results", with the provenance of every results file (machine, CPU flags, versions,
+commit) and, as "command", the `aiayn quickstart` line that repeats the run (rebuilt
+from results.json unless `--command` gives it). Its date is the run's own
+(results.json's); no load average is recorded, as the load now is not the one the run
+trained under. Record from the checkout that ran it, right after the run: the commit and
+the machine are read now.
 """
 
 from __future__ import annotations
