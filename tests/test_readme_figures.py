@@ -1,7 +1,7 @@
 """README's measured tables equal what benchmarks/report.py renders from the results files.
 
 A figure edited by hand in README, or a results file re-measured without
-`python benchmarks/report.py --write`, fails here. Reads files only.
+`python -m benchmarks.report --write`, fails here. Reads files only.
 """
 
 from __future__ import annotations
