@@ -11,7 +11,7 @@ BROWSER_PACKAGES := chromium chromium-driver
 # Folders ruff looks at (benchmarks/ may not exist yet).
 CODE := $(wildcard src tests benchmarks)
 
-.PHONY: demo test lint format install sword browser clean bench
+.PHONY: demo test lint format install sword browser clean bench release-reference
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -82,9 +82,14 @@ test: install lint sword browser
 # Speed against the peers (README, "Speed"); QUICK=1 for fewer rounds.
 bench: install
 	$(BIN)/pip install --quiet -e ".[test,hf,bench]" "$(TORCH)"  # torch stays pinned
-	PYTHONPATH=src $(BIN)/python benchmarks/bench_decode.py $(if $(QUICK),--quick)
-	PYTHONPATH=src $(BIN)/python benchmarks/bench_train.py $(if $(QUICK),--quick)
-	PYTHONPATH=src $(BIN)/python benchmarks/bench_attention.py $(if $(QUICK),--quick)
+	$(BIN)/python -m benchmarks.bench_decode $(if $(QUICK),--quick)
+	$(BIN)/python -m benchmarks.bench_train $(if $(QUICK),--quick)
+	$(BIN)/python -m benchmarks.bench_attention $(if $(QUICK),--quick)
+
+# The release step: the quickstart's packaged reference line from the recorded runs in
+# benchmarks/results/ (no benchmark writes into src/).
+release-reference: install
+	$(BIN)/python -m benchmarks.release
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache

@@ -1,6 +1,6 @@
 """One attention layer: time and peak memory of SDPA, the explicit path and a sliding window.
 
-    PYTHONPATH=src python benchmarks/bench_attention.py [--quick] [--only attend|sliding]
+    python -m benchmarks.bench_attention [--quick] [--only attend|sliding]
 
 Two tables, on the CPU and on CUDA when there is one, forward only (inference)
 unless said otherwise.
@@ -31,11 +31,8 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import common
+from benchmarks import common
 
 
 def peak_cpu_bytes(fn) -> int:

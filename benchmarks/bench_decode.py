@@ -1,6 +1,6 @@
 """Decoding speed on CPU: aiayn vs Hugging Face `generate` vs CTranslate2, same weights.
 
-    PYTHONPATH=src python benchmarks/bench_decode.py [--quick]
+    python -m benchmarks.bench_decode [--quick]
 
 One random-weight MarianMTModel per shape is saved with `save_pretrained` into a
 work directory, loaded into aiayn (`load_marian_model`) and Hugging Face, and
@@ -27,7 +27,7 @@ torch, so their memory is CTranslate2's own. Outputs of the shortlist rows canno
 match aiayn's on random weights (the shortlist is not the model's); their quality is
 measured on a trained model (README, "CPU inference at its limit").
 
-    PYTHONPATH=src python benchmarks/bench_decode.py --threads 2,1
+    python -m benchmarks.bench_decode --threads 2,1
 
 On CPUs that multiply bfloat16 natively (AMX or AVX512-BF16) aiayn and Hugging
 Face also run with their weights cast to bfloat16 ("-bf16" systems; CTranslate2
@@ -37,12 +37,12 @@ has no bfloat16 on the CPU); their "vs HF" ratio is against HF in bfloat16.
 from a git worktree in the work directory) and adds a "vs COMMIT" column: the
 median per-round ratio of its time to today's, so > 1 means faster now.
 
-    PYTHONPATH=src python benchmarks/bench_decode.py --systems aiayn --against 2d41774
+    python -m benchmarks.bench_decode --systems aiayn --against 2d41774
 
 `--device cuda` runs aiayn, HF and CTranslate2 on a GPU (bf16 rows where the card
 supports bf16); the rest is the same. The issue's GPU comparison, beam 4:
 
-    PYTHONPATH=src python benchmarks/bench_decode.py --device cuda --beams 4 \
+    python -m benchmarks.bench_decode --device cuda --beams 4 \
         --systems aiayn,hf,ct2-fp32,aiayn-bf16,hf-bf16
 """
 
@@ -51,13 +51,10 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import common  # torch is imported where used: CTranslate2's workers go without it
+from benchmarks import common  # torch is imported where used: CTranslate2's workers go without it
 
 SYSTEMS = (
     "aiayn",
@@ -408,11 +405,11 @@ def measure(
         *("--threads", str(threads), "--device", args.device),
     ]
     own_args = [*worker_args, "--int8-shortlist-output", args.int8_shortlist_output]
-    workers = {s: common.Worker(__file__, s, own_args, threads) for s in systems if s != baseline}
+    module = __spec__.name  # benchmarks.bench_decode, run with -m from a repository's root
+    workers = {s: common.Worker(module, s, own_args, threads) for s in systems if s != baseline}
     if baseline:  # the commit's own script and library, as its system "aiayn"
-        script = str(checkout / "benchmarks" / Path(__file__).name)
         workers[baseline] = common.Worker(
-            script, "aiayn", worker_args, threads, str(checkout / "src")
+            module, "aiayn", worker_args, threads, str(checkout / "src"), root=checkout
         )
     memory: dict[str, dict[str, float | None]] = {}
     sizes: dict[tuple[int, int], int] = {}

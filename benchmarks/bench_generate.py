@@ -1,6 +1,6 @@
 """Text generation speed on CPU: aiayn's frozen GPT against Hugging Face `generate`, same weights.
 
-    PYTHONPATH=src python benchmarks/bench_generate.py [--quick]
+    python -m benchmarks.bench_generate [--quick]
 
 One random-weight GPT2LMHeadModel per shape ("gpt2-small": GPT-2 small's 12 layers,
 d_model 768, 12 heads, 50,257 tokens; "tiny": 3 layers, d_model 128, 4 heads,
@@ -27,16 +27,13 @@ from __future__ import annotations
 
 import argparse
 import random
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 import torch
 
-import common
-from bench_decode import FixedLength  # eos forbidden until the fixed length
+from benchmarks import common
+from benchmarks.bench_decode import FixedLength  # eos forbidden until the fixed length
 
 SHAPES = {
     "gpt2-small": dict(n_embd=768, n_layer=12, n_head=12, vocab_size=50257, n_positions=1024),
@@ -180,7 +177,7 @@ def main() -> None:
         if not (workdir / f"gpt2-{size}" / "config.json").exists():
             save_random_gpt2(size, workdir / f"gpt2-{size}")
         worker_args = ["--workdir", str(workdir), "--size", size, "--threads", str(args.threads)]
-        workers = {s: common.Worker(__file__, s, worker_args, args.threads) for s in systems}
+        workers = {s: common.Worker(__spec__.name, s, worker_args, args.threads) for s in systems}
         try:
             times = {(s, b): [] for s in systems for b in batches}
             outputs = {}

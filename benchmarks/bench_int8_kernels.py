@@ -1,6 +1,6 @@
 """int8 matrix products on the CPU, against float32, at decoding's and the encoder's row counts.
 
-    PYTHONPATH=src python benchmarks/bench_int8_kernels.py [--threads 2] [--rounds 20]
+    python -m benchmarks.bench_int8_kernels [--threads 2] [--rounds 20]
 
 One product y = x W^T + b of each weight shape of the benchmark models (small: d_model
 256, d_ff 1024; base: 512, 2048; the output projection: vocabulary 8000), x of R rows:
@@ -32,15 +32,12 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
 from torch import nn
 
-import common
 from aiayn.inference.frozen import FrozenLinear, Int8Linear
+from benchmarks import common
 
 SHAPES = {  # name -> (out, in)
     "small qkv": (768, 256),

@@ -1,6 +1,6 @@
 """Three of aiayn's CPU kernels against the PyTorch operation they replace, in one run.
 
-    PYTHONPATH=src python benchmarks/bench_kernels.py [--rounds 30] [--threads 2]
+    python -m benchmarks.bench_kernels [--rounds 30] [--threads 2]
 
 - Adam: `aiayn.training.optim.build_optimizer` (fused Adam) against `torch.optim.Adam` as
   PyTorch runs it on the CPU by default (a for-loop over the parameters), one step
@@ -26,17 +26,13 @@ falls on both alike. Writes benchmarks/results/kernels.json.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
 import torch.nn.functional as F
 
-import common
+from benchmarks import common
 
 
 def adam_pair(size: str) -> tuple[Callable[[], object], Callable[[], object], int]:

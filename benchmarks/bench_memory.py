@@ -1,6 +1,6 @@
 """Resident memory of a frozen inference model, today against an earlier commit.
 
-    PYTHONPATH=src python benchmarks/bench_memory.py --before ead7eb6
+    python -m benchmarks.bench_memory --before ead7eb6
 
 For each shape, a random-weight Marian model (as `bench_decode.py` makes it) is loaded
 and frozen (`aiayn.inference.frozen.freeze`) in a fresh process. The process's resident memory
@@ -24,10 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import common
-from bench_decode import baseline_checkout
+from benchmarks import common
+from benchmarks.bench_decode import baseline_checkout
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,7 +1,7 @@
 """Position schemes compared: length extrapolation on a toy task, and the Bible recipe.
 
-    PYTHONPATH=src python benchmarks/bench_positions.py extrapolation [--task copy] [--quick]
-    PYTHONPATH=src python benchmarks/bench_positions.py bible [--minutes 15] [--parallel 2]
+    python -m benchmarks.bench_positions extrapolation [--task copy] [--quick]
+    python -m benchmarks.bench_positions bible [--minutes 15] [--parallel 2]
 
 extrapolation: for each scheme, the same small encoder-decoder (ModelConfig.tiny,
 dropout 0) is trained from the same seed on the same batches to reverse (or copy)
@@ -36,9 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import common
+from benchmarks import common
 
 SCHEMES = ("sinusoidal", "learned", "rotary", "relative", "alibi", "none")
 # Part B's order: with two runs side by side, the most informative pairs finish first.

@@ -1,6 +1,6 @@
 """Pruning curves: test BLEU against the share of heads pruned, by importance and at random.
 
-    PYTHONPATH=src python benchmarks/bench_pruning.py RUN [--fractions 0.25,0.5,0.75]
+    python -m benchmarks.bench_pruning RUN [--fractions 0.25,0.5,0.75]
 
 RUN is a trained run (the quickstart's `RUN/run`, or any `aiayn train --run`), with
 `aiayn heads RUN` already run (its `heads/heads.json` gives the importance order).
@@ -17,16 +17,13 @@ Writes `benchmarks/results/pruning.json` and `benchmarks/results/pruning.png`.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 import torch
 
-import common
 from aiayn.config import SUBLAYER_KINDS as KINDS
+from benchmarks import common
 
 TITLES = {
     "encoder.self": "encoder self-attention",

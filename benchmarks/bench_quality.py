@@ -1,7 +1,7 @@
 """Translation quality of each inference precision and of the output shortlist, on a trained model.
 
     aiayn quickstart --out runs/qs30 --minutes 30
-    PYTHONPATH=src python benchmarks/bench_quality.py runs/qs30
+    python -m benchmarks.bench_quality runs/qs30
 
 On the quickstart's test split (the Bible, English to Spanish) it translates with the
 run's averaged weights in each setting: fp32, bf16, int8 (`freeze(model, torch.int8)`,
@@ -27,23 +27,20 @@ from __future__ import annotations
 import argparse
 import contextlib
 import statistics
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 import torch
 
 import aiayn.inference.frozen
-import common
 from aiayn.apps.translate import Translator
 from aiayn.data.corpus import PreparedCorpus
 from aiayn.data.tokenizer import TOKENIZER_FILE, SentencePieceTokenizer
 from aiayn.inference import shortlist as shortlists
 from aiayn.io.checkpoint import load_model, resolve_weights
 from aiayn.training.evaluate import score
+from benchmarks import common
 
 # name -> (dtype, with the shortlist, every layer product in int8, the output in int8,
 # activations quantized per token)

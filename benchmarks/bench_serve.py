@@ -1,6 +1,6 @@
 """`aiayn serve` under load: dynamic batching against one sentence at a time.
 
-    PYTHONPATH=src python benchmarks/bench_serve.py --run RUN [--seconds 20]
+    python -m benchmarks.bench_serve --run RUN [--seconds 20]
 
 Two servers run the same model on loopback, one batching (the defaults of `aiayn
 serve`, but `--max-wait-ms`) and one not (`--max-batch 1`: each sentence decoded alone, in arrival
@@ -32,11 +32,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 import httpx
 
-import common
+from benchmarks import common
 
 
 def test_sentences(run: Path) -> list[str]:

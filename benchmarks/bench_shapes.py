@@ -1,6 +1,6 @@
 """The three shapes side by side: what each trained run is worth, from its run directory.
 
-    PYTHONPATH=src python benchmarks/bench_shapes.py \
+    python -m benchmarks.bench_shapes \
         --run gpt=runs/gpt --run bert=runs/bert \
         --run gpt-translate=runs/gpt-translate --run encdec=runs/bible
 
@@ -41,7 +41,7 @@ from aiayn.training.recipe import recipe_from_dict
 from aiayn.training.tasks import BleuSet, build_task, evaluate_task
 from aiayn.training.tasks.lm_translation import greedy_bleu as decoder_only_bleu
 from aiayn.training.tasks.translation import greedy_bleu as encoder_decoder_bleu
-from common import table, write_json
+from benchmarks.common import table, write_json
 
 NO_AUTOCAST = contextlib.nullcontext
 

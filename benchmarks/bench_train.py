@@ -1,6 +1,6 @@
 """Training speed on CPU: aiayn vs Hugging Face MarianMTModel vs torch.nn.Transformer.
 
-    PYTHONPATH=src python benchmarks/bench_train.py [--quick]
+    python -m benchmarks.bench_train [--quick]
 
 The same work for each system, fp32, train mode: 32 sources of 30 tokens, 30
 target tokens, forward, cross-entropy, backward, one AdamW step and zero_grad.
@@ -28,7 +28,7 @@ bf16.
 `torch.compile` (the model has no graph breaks; the first, warm-up step compiles),
 e.g. on the quickstart's shape (d_model 128, 3+3 layers, 4 heads, d_ff 512):
 
-    PYTHONPATH=src python benchmarks/bench_train.py --sizes quickstart,small \
+    python -m benchmarks.bench_train --sizes quickstart,small \
         --systems aiayn,aiayn-compiled,hf
 
 On a GPU (`--device cuda`; the shapes include "big") the same steps run on the card,
@@ -37,7 +37,7 @@ FLOPs once (`torch.utils.flop_counter`, forward and backward) and the table give
 model TFLOP/s and, for known cards, MFU against the dense bf16 peak. The issue's
 GPU setting, ~25k target tokens per step in bf16:
 
-    PYTHONPATH=src python benchmarks/bench_train.py --device cuda --sizes base,big \
+    python -m benchmarks.bench_train --device cuda --sizes base,big \
         --systems aiayn-bf16,hf-bf16,torch-nn-bf16 --batch 800 --src-len 32 --tgt-len 32
 """
 
@@ -45,15 +45,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch
 
-import common
+from benchmarks import common
 
 FP32_SYSTEMS = ("aiayn", "hf", "torch-nn")
 BF16_SYSTEMS = tuple(f"{s}-bf16" for s in FP32_SYSTEMS)
@@ -284,7 +280,7 @@ def main() -> None:
     rows, records = [], []
     for size in args.sizes.split(","):
         workers = {
-            s: common.Worker(__file__, s, ["--size", size, *shape_args], args.threads)
+            s: common.Worker(__spec__.name, s, ["--size", size, *shape_args], args.threads)
             for s in systems
         }
         try:

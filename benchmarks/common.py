@@ -31,7 +31,8 @@ SHAPES = {
 }
 # Dense bf16 peak of the GPUs we may be lent, TFLOP/s (vendor data sheets), for MFU.
 PEAK_BF16_TFLOPS = {"H100 80GB HBM3": 989.4, "H100 PCIe": 756.0, "H200": 989.4, "A100": 312.0}
-RESULTS = Path(__file__).resolve().parent / "results"
+ROOT = Path(__file__).resolve().parents[1]  # the repository: benchmarks run from here
+RESULTS = ROOT / "benchmarks" / "results"
 
 
 def source_ids(batch: int, length: int, seed: int = 0) -> list[list[int]]:
@@ -139,15 +140,18 @@ def serve(handle) -> None:
 
 
 class Worker:
-    """Parent side: one long-lived process running `script --worker system ...`."""
+    """Parent side: one long-lived process running `python -m MODULE --worker system ...`
+    from a repository's root (this one's, or with `root` and `pythonpath` another
+    checkout's, whose `benchmarks` folder the module is then imported from)."""
 
     def __init__(
         self,
-        script: str,
+        module: str,
         system: str,
         args: list[str],
         threads: int,
         pythonpath: str | None = None,
+        root: Path = ROOT,
     ) -> None:
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
         if pythonpath is not None:  # another checkout's aiayn (benchmarks against a commit)
@@ -155,12 +159,13 @@ class Worker:
         self.system = system
         self.log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (lives as long as the worker)
         self.process = subprocess.Popen(
-            [sys.executable, script, "--worker", system, *args],
+            [sys.executable, "-m", module, "--worker", system, *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.log,
             text=True,
             env=env,
+            cwd=root,
         )
 
     def ask(self, **request: Any) -> dict[str, Any]:
@@ -276,13 +281,12 @@ def cpu_flags() -> list[str]:
 
 def commit() -> str | None:
     """The checkout's commit, with "+changes" when its tracked files differ from it."""
-    root = Path(__file__).resolve().parents[1]
     try:
         head = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
             capture_output=True, text=True, check=True,
         ).stdout.strip()  # fmt: skip
-        dirty = subprocess.run(["git", "-C", str(root), "diff", "--quiet", "HEAD"]).returncode
+        dirty = subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", "HEAD"]).returncode
     except (OSError, subprocess.CalledProcessError):
         return None
     return head + ("+changes" if dirty else "")
@@ -380,8 +384,16 @@ def provenance(threads: int | None = None) -> dict[str, Any]:
         "cpu_flags": cpu_flags(),
         "versions": versions(),
         "commit": commit(),
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "command": command_line(),
     }
+
+
+def command_line() -> str:
+    """The command that started this process: `python -m benchmarks.NAME ARGS` for a module
+    run with `-m` (as the benchmarks are), else the script's file name and its arguments."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    program = Path(sys.argv[0]).name if spec is None else f"python -m {spec.name}"
+    return " ".join([program.removesuffix(".__main__"), *sys.argv[1:]])
 
 
 def write_json(name: str, payload: dict[str, Any]) -> Path:

@@ -1,6 +1,6 @@
 """Where a quickstart training step's time goes, by op kind, and its share of the matmul peak.
 
-    PYTHONPATH=src nice -n 10 python benchmarks/profile_train.py [--corpus /tmp/bible]
+    nice -n 10 python -m benchmarks.profile_train [--corpus /tmp/bible]
 
 Builds the quickstart's training exactly as `aiayn train` does (the recipe
 `bible-en-es-cpu`, its model, batches, optimizer and schedule: `aiayn.training.trainer.Trainer`),
@@ -40,13 +40,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 import aiayn.training.tasks.translation as translation
-import common
 from aiayn.configs import recipes_dir
 from aiayn.data.corpus import PreparedCorpus
 from aiayn.models import build_model
@@ -55,6 +52,7 @@ from aiayn.training.distributed import DistEnv
 from aiayn.training.recipe import load_recipe
 from aiayn.training.tasks import build_task
 from aiayn.training.trainer import Trainer
+from benchmarks import common
 
 DATA, LOSS = "aiayn.data", "aiayn.training.loss"  # the ranges this script marks
 MATMUL = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addmv", "_addmm_activation"}

@@ -1,16 +1,17 @@
 """Record a quickstart run for README's seed table and the packaged reference line.
 
     aiayn quickstart --out runs/qs-seed0 --minutes 15 --seed 0
-    PYTHONPATH=src python benchmarks/record_quickstart.py runs/qs-seed0 --name quickstart-seed0-15min
-    python benchmarks/report.py --write     # README's quickstart table and
-                                            # src/aiayn/configs/quickstart-reference.json
+    python -m benchmarks.record_quickstart runs/qs-seed0 --name quickstart-seed0-15min
+    python -m benchmarks.report --write     # README's quickstart table
+    python -m benchmarks.release            # at a release: the packaged reference line
 
-It writes `benchmarks/results/NAME.json`: the run's results.json under "results", with
-the provenance of every results file (machine, CPU flags, versions, commit) and, as
-"command", the `aiayn quickstart` line that repeats the run (rebuilt from results.json
-unless `--command` gives it). Its date is the run's own (results.json's); no load average
-is recorded, as the load now is not the one the run trained under. Record from the
-checkout that ran it, right after the run: the commit and the machine are read now.
+It writes `benchmarks/results/NAME.json`, and nothing under `src/`: the run's results.json
+under "results", with the provenance of every results file (machine, CPU flags, versions,
+commit) and, as "command", the `aiayn quickstart` line that repeats the run (rebuilt
+from results.json unless `--command` gives it). Its date is the run's own
+(results.json's); no load average is recorded, as the load now is not the one the run
+trained under. Record from the checkout that ran it, right after the run: the commit and
+the machine are read now.
 """
 
 from __future__ import annotations
@@ -22,9 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import common
+from benchmarks import common
 
 NAME_PREFIX = "quickstart-"
 
@@ -89,7 +88,7 @@ def main() -> None:
         written = record(args.run_out, args.name, args.command)
     except (OSError, ValueError) as err:
         sys.exit(f"record_quickstart.py: {err}")
-    print(f"wrote {written}; now run: python benchmarks/report.py --write")
+    print(f"wrote {written}; now run: python -m benchmarks.report --write")
 
 
 if __name__ == "__main__":

@@ -3,36 +3,30 @@ and report.py's tables of its 8 cells and of memory (from a hand-made results fi
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _module(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from benchmarks import bench_decode
+from benchmarks import common as bench_common
+from benchmarks import report as bench_report
 
 
 @pytest.fixture(scope="module")
 def bench():
-    return _module("bench_decode")
+    return bench_decode
 
 
 @pytest.fixture(scope="module")
 def common():
-    return _module("common")
+    return bench_common
 
 
 @pytest.fixture()
 def report():
-    return _module("report")  # fresh: tests replace its `load`
+    return bench_report  # tests replace its `load` with monkeypatch
 
 
 TIMES = {

@@ -4,33 +4,28 @@ of a core per core, and benchmarks/report.py shows that mark under the run's tab
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import os
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _module(name: str):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+import benchmarks
+from benchmarks import report as bench_report
 
 
 def _common_started(monkeypatch, load: tuple[float, float, float], at: str):
-    """benchmarks/common.py imported at time `at` under 1, 5, 15-minute load `load`, as a
-    benchmark imports it when it starts."""
+    """benchmarks/common.py imported afresh at time `at` under 1, 5, 15-minute load `load`,
+    as a benchmark imports it when it starts (the module imported before is put back after
+    the test)."""
     real_strftime = time.strftime
     monkeypatch.setattr(os, "getloadavg", lambda: load)
     monkeypatch.setattr(time, "strftime", lambda fmt, *rest: at)
-    module = _module("common")
+    monkeypatch.delitem(sys.modules, "benchmarks.common", raising=False)
+    monkeypatch.setattr(benchmarks, "common", None, raising=False)
+    module = importlib.import_module("benchmarks.common")
     monkeypatch.setattr(time, "strftime", real_strftime)
     return module
 
@@ -146,9 +141,8 @@ QUIET = {**NOISY, "before": [0.3, 0.2, 0.1], "after": [1.2, 1.0, 0.5], "noisy": 
 
 @pytest.fixture
 def report(monkeypatch, tmp_path):
-    module = _module("report")
-    monkeypatch.setattr(module, "RESULTS", tmp_path)
-    return module
+    monkeypatch.setattr(bench_report, "RESULTS", tmp_path)
+    return bench_report
 
 
 def _serve_table(report, tmp_path, **provenance) -> str:

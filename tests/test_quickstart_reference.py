@@ -1,34 +1,25 @@
-"""The quickstart's seed table and packaged reference, rendered by benchmarks/report.py
-from benchmarks/results/quickstart-*.json (written by benchmarks/record_quickstart.py)."""
+"""The quickstart's seed table and packaged reference, rendered by benchmarks/report.py and
+the release step (benchmarks/release.py) from benchmarks/results/quickstart-*.json
+(written by benchmarks/record_quickstart.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shlex
-import sys
 from pathlib import Path
 
 import pytest
 
 from aiayn.apps.quickstart import reference_file
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_script(name: str):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from benchmarks import record_quickstart, release
+from benchmarks import report as bench_report
+from benchmarks.profile_train import kind_of
 
 
 @pytest.fixture
 def report(monkeypatch, tmp_path):
-    module = load_script("report")
-    monkeypatch.setattr(module, "RESULTS", tmp_path)
-    return module
+    monkeypatch.setattr(bench_report, "RESULTS", tmp_path)
+    return bench_report
 
 
 def run_results(seed: int, bleu: float, chrf: float, minutes: float = 15, **extra) -> dict:
@@ -79,7 +70,7 @@ def test_the_reference_line_reads_what_report_writes(report, tmp_path, monkeypat
     for seed, bleu in ((0, 20.5), (1, 24.25), (2, 19.0)):
         write(tmp_path, f"quickstart-seed{seed}-15min", run_results(seed, bleu, 40.0))
     packaged = tmp_path / "reference.json"
-    packaged.write_text(report.reference_text(), encoding="utf-8")
+    packaged.write_text(release.reference_text(), encoding="utf-8")
     monkeypatch.setattr(aiayn.apps.quickstart, "reference_file", lambda: packaged)
     scoring = aiayn.apps.quickstart.Scoring(8, 1.0, "best")
     line = aiayn.apps.quickstart.reference_line("bible-en-es-cpu.yaml", 15, "cpu", scoring)
@@ -112,7 +103,7 @@ def test_runs_of_another_version_of_the_recipe_are_kept_apart(report, tmp_path, 
     rows = [line for line in report.quickstart().splitlines() if line.startswith("| bible")]
     assert [row.split(" | ")[1] for row in rows] == [f"`{new[:8]}` (current)", f"`{old[:8]}`"]
     packaged = tmp_path / "reference.json"
-    packaged.write_text(report.reference_text(), encoding="utf-8")
+    packaged.write_text(release.reference_text(), encoding="utf-8")
     monkeypatch.setattr(aiayn.apps.quickstart, "reference_file", lambda: packaged)
     line = aiayn.apps.quickstart.reference_line(
         recipe, 15, "cpu", aiayn.apps.quickstart.Scoring(8, 1.0, "best")
@@ -120,13 +111,14 @@ def test_runs_of_another_version_of_the_recipe_are_kept_apart(report, tmp_path, 
     assert "median 25.00 BLEU" in line and "over 1 seed" in line  # the old version's runs left out
 
 
-def test_the_packaged_reference_equals_the_committed_results():
-    report = load_script("report")
-    assert reference_file().read_text(encoding="utf-8") == report.reference_text()
+def test_the_packaged_reference_equals_what_the_release_step_writes():
+    # A run recorded without `python -m benchmarks.release` leaves the packaged file stale.
+    assert reference_file() == release.REFERENCE
+    assert reference_file().read_text(encoding="utf-8") == release.reference_text()
 
 
 def test_record_copies_results_with_provenance_and_the_command(monkeypatch, tmp_path):
-    record = load_script("record_quickstart")
+    record = record_quickstart
     monkeypatch.setattr(record.common, "RESULTS", tmp_path / "results")
     run = tmp_path / "run"
     run.mkdir()
@@ -181,7 +173,6 @@ class Event:
 
 
 def test_profile_kinds_by_name_then_by_caller():
-    kind_of = load_script("profile_train").kind_of
     step = Event("aiayn.step")
     backward = Event("autograd::engine::evaluate_function: AddmmBackward0", step)
     assert kind_of(Event("aten::mm", backward)) == "matmul / linear"

@@ -16,7 +16,8 @@ import aiayn.apps.quickstart
 from aiayn.apps.quickstart import QuickstartConfig, Scoring, evaluated_weights, reference_line
 from aiayn.cli import app
 from aiayn.io.checkpoint import step_checkpoints
-from test_quickstart_reference import load_script, run_results, write
+from benchmarks import report as bench_report
+from test_quickstart_reference import run_results, write
 from train_helpers import RECIPE, make_corpus
 
 runner = CliRunner()
@@ -110,9 +111,8 @@ def test_the_reference_line_compares_only_runs_scored_the_same_way(monkeypatch, 
 
 @pytest.fixture
 def report(monkeypatch, tmp_path):
-    module = load_script("report")
-    monkeypatch.setattr(module, "RESULTS", tmp_path)
-    return module
+    monkeypatch.setattr(bench_report, "RESULTS", tmp_path)
+    return bench_report
 
 
 def test_table_and_reference_keep_beam_alpha_and_weights_apart(report, tmp_path):
@@ -148,6 +148,5 @@ def test_table_and_reference_keep_beam_alpha_and_weights_apart(report, tmp_path)
 
 
 def test_the_committed_quickstart_runs_say_how_they_were_scored():
-    report = load_script("report")
-    for entry in report.quickstart_reference()["references"]:
+    for entry in bench_report.quickstart_reference()["references"]:
         assert None not in (entry["beam"], entry["alpha"], entry["weights"]), entry["files"]

@@ -1,12 +1,11 @@
 """README's measured tables equal what benchmarks/report.py renders from the results files.
 
 A figure edited by hand in README, or a results file re-measured without
-`python benchmarks/report.py --write`, fails here. Reads files only.
+`python -m benchmarks.report --write`, fails here. Reads files only.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -18,10 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def report():
-    spec = importlib.util.spec_from_file_location("report", ROOT / "benchmarks" / "report.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from benchmarks import report
+
+    return report
 
 
 @pytest.fixture(scope="module")

@@ -426,13 +426,11 @@ def _load_translator(
     precision: Precision | None = None,
     shortlist: Path | None = None,
 ):
-    from aiayn.apps.model_use import ENCODER_DECODER, check_run_shape
     from aiayn.apps.translate import Translator
 
     _check_device(device)
-    weights = check_run_shape(run, ENCODER_DECODER)  # a GPT or BERT run is refused by name
-    return Translator.load(
-        weights,
+    return Translator.load(  # a GPT or BERT run is refused by name before its weights are read
+        run,
         device=device,
         tokenizer=tokenizer,
         dtype=None if precision is None else precision.dtype,

@@ -13,6 +13,7 @@ one line that names the shape found and the user that runs it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -51,11 +52,34 @@ def check_shape(cfg: ModelConfig, wanted: str, source: str | Path) -> None:
     )
 
 
-def check_run_shape(run_or_weights: str | Path, wanted: str) -> Path:
-    """The weights `resolve_weights` picks, refused unless of architecture `wanted`."""
+@dataclass(frozen=True)
+class RunFiles:
+    """A checkpoint found and read once (`run_files`): the weights file and its config."""
+
+    weights: Path
+    cfg: ModelConfig
+
+
+def run_files(run_or_weights: str | Path, wanted: str) -> RunFiles:
+    """Resolve the weights once, read their config once and check its shape once, before
+    any weight is read; loading then takes the config from here (`load_model(cfg=...)`).
+
+    Args:
+        run_or_weights: a run directory, a checkpoint directory or a weights file
+            (`aiayn.io.checkpoint.resolve_weights`).
+        wanted: the architecture the caller runs ("encoder_decoder", ...).
+
+    Returns:
+        The weights file and its `ModelConfig`.
+
+    Raises:
+        FileNotFoundError: nothing to load there.
+        ValueError: a corrupt checkpoint, or a `WrongShapeError` naming the weights.
+    """
     weights = resolve_weights(run_or_weights)
-    check_shape(read_config(weights), wanted, weights)
-    return weights
+    cfg = read_config(weights)
+    check_shape(cfg, wanted, weights)
+    return RunFiles(weights, cfg)
 
 
 def load_shape(run_or_weights: str | Path, wanted: str) -> tuple[nn.Module, Path]:
@@ -68,8 +92,8 @@ def load_shape(run_or_weights: str | Path, wanted: str) -> tuple[nn.Module, Path
         FileNotFoundError: nothing to load there.
         ValueError: a corrupt checkpoint, or a `WrongShapeError`.
     """
-    weights = check_run_shape(run_or_weights, wanted)
-    return load_model(weights), weights
+    files = run_files(run_or_weights, wanted)
+    return load_model(files.weights, cfg=files.cfg), files.weights
 
 
 def check_tokenizer_fits(tokenizer: Tokenizer, cfg: ModelConfig) -> None:

@@ -18,8 +18,8 @@ resumes with the seed it started with: another `--seed` needs another OUT.
 
 Next to BLEU it prints the reference: the median and range of BLEU over the seeds
 recorded for this recipe and budget, scored with the same beam, alpha and weights rule
-(`configs/quickstart-reference.json`, written by
-`benchmarks/report.py --write` from `benchmarks/results/quickstart-*.json`).
+(`configs/quickstart-reference.json`, written by the release step
+`python -m benchmarks.release` from `benchmarks/results/quickstart-*.json`).
 """
 
 from __future__ import annotations

@@ -28,12 +28,12 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from aiayn.apps.model_use import ENCODER_DECODER, check_shape
+from aiayn.apps.model_use import ENCODER_DECODER, check_shape, run_files
 from aiayn.data.tokenizer import TOKENIZER_FILE, SentencePieceTokenizer, Tokenizer
 from aiayn.inference.frozen import freeze
 from aiayn.inference.search import DecodeConfig, Hypothesis, search
 from aiayn.inference.shortlist import Shortlist, Shortlisted
-from aiayn.io.checkpoint import find_in_run, int8_weights, load_model, resolve_weights
+from aiayn.io.checkpoint import find_in_run, int8_weights, load_model
 from aiayn.io.marian import (
     CONVERTED_FILE,
     MarianTokenizer,
@@ -108,8 +108,29 @@ class Translator:
         decode: DecodeConfig | None = None,
         shortlist: Shortlist | str | Path | None = None,
     ) -> None:
+        # a GPT or BERT model is refused by name
+        check_shape(model.cfg, ENCODER_DECODER, "the model")
+        self._take(model, tokenizer, device, dtype, decode, shortlist)
+
+    @classmethod
+    def _of_checked(cls, *args: Any) -> Translator:
+        """The constructor (its arguments, in its order), for a model whose shape `load` has
+        checked already (`run_files`)."""
+        translator = cls.__new__(cls)
+        translator._take(*args)
+        return translator
+
+    def _take(
+        self,
+        model: Transformer,
+        tokenizer: Tokenizer,
+        device: str | torch.device,
+        dtype: torch.dtype | None,
+        decode: DecodeConfig | None,
+        shortlist: Shortlist | str | Path | None,
+    ) -> None:
+        """The constructor's work after the shape check (its arguments, in its order)."""
         cfg = model.cfg
-        check_shape(cfg, ENCODER_DECODER, "the model")  # a GPT or BERT model is refused by name
         source = f" ({tokenizer.path})" if tokenizer.path else ""
         if tokenizer.vocab_size != cfg.vocab_size:
             raise ValueError(
@@ -168,17 +189,21 @@ class Translator:
 
         Raises:
             FileNotFoundError: if the checkpoint or subword model is missing.
-            ValueError: if either is corrupt or they do not match.
+            ValueError: if either is corrupt or they do not match, or the checkpoint
+                holds another model shape (`aiayn.apps.model_use.WrongShapeError`).
         """
-        weights = resolve_weights(run_or_checkpoint)
+        # One pass: the weights resolved, their config read and its shape checked (a GPT
+        # or BERT run is refused by name before any weight is read), each once.
+        files = run_files(run_or_checkpoint, ENCODER_DECODER)
+        weights = files.weights
         if dtype is None and int8_weights(weights):  # `aiayn convert marian --dtype int8`
             dtype = torch.int8
         if tokenizer is None and (weights.parent / CONVERTED_FILE).is_file():
             generation = read_converted_generation(weights.parent)
-            model = load_model(weights, device="cpu")
+            model = load_model(weights, device="cpu", cfg=files.cfg)
             log.info("loaded %s with Marian tokenization", weights)
             marian = MarianTokenizer(weights.parent)
-            return cls(
+            return cls._of_checked(
                 model,
                 marian,
                 device,
@@ -187,9 +212,10 @@ class Translator:
                 shortlist,
             )
         spm_path = Path(tokenizer) if tokenizer is not None else find_tokenizer(weights)
-        model = load_model(weights, device="cpu")
+        model = load_model(weights, device="cpu", cfg=files.cfg)
         log.info("loaded %s with subword model %s", weights, spm_path)
-        return cls(model, SentencePieceTokenizer.load(spm_path), device, dtype, None, shortlist)
+        tokenizer = SentencePieceTokenizer.load(spm_path)
+        return cls._of_checked(model, tokenizer, device, dtype, None, shortlist)
 
     @classmethod
     def from_marian(

@@ -121,17 +121,25 @@ def read_config(path: str | Path) -> ModelConfig:
     return ModelConfig.from_dict(json.loads(metadata[CONFIG_KEY]))
 
 
-def load_model(path: str | Path, device: str | torch.device = "cpu") -> nn.Module:
+def load_model(
+    path: str | Path, device: str | torch.device = "cpu", cfg: ModelConfig | None = None
+) -> nn.Module:
     """Rebuild a model from a weights file written by `save_model`.
 
     The class comes from the stored config's `architecture` (`aiayn.models`): a
     `Transformer` for an encoder-decoder.
 
+    Args:
+        path: the weights file.
+        device: where the model's weights are loaded.
+        cfg: the config stored in `path`, where the caller has read it already
+            (`read_config`; `aiayn.apps.model_use.run_files`); read here otherwise.
+
     Raises:
         FileNotFoundError: if `path` does not exist.
         ValueError: if the file is corrupt, foreign, or does not match its config.
     """
-    cfg = read_config(path)
+    cfg = read_config(path) if cfg is None else cfg
     model = build_model(cfg)
     try:
         _load_into(model, path, str(device))
