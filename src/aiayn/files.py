@@ -3,7 +3,10 @@
 Every file aiayn writes goes through `write_file_atomic` (`write_atomic` for text
 or bytes in memory) or, for a directory, `write_dir_atomic`: a temporary sibling is
 written, fsynced and renamed over the target, so a crash or a full disk never
-leaves a half-written file where a whole one was. A write the system refuses (disk
+leaves a half-written file where a whole one was. What the target path leads to is
+never replaced by something else: a symbolic link is followed (its target is
+replaced atomically, the link stays a link), and a device or a FIFO is written
+through, as a shell's `>` would. A write the system refuses (disk
 full, permission denied, read-only) raises `WriteFailed`, one line naming the target;
 `remove_temporaries` cleans up after a writer that was killed. `exclusive_lock` keeps
 a second process out (one trainer per run directory).
@@ -15,12 +18,15 @@ for a stream such as stdin).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
 import re
 import secrets
 import shutil
+import stat
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -69,6 +75,33 @@ def _refused(err: BaseException, target: Path) -> WriteFailed | None:
         return None
     cause = system_error(err)
     return None if cause is None else WriteFailed(cause.errno, cause.strerror, str(target))
+
+
+# What a path may lead to when a file is written there: a regular file (replaced
+# atomically) or one of these, written through (opened and written in place: there is
+# nothing to rename over, and renaming over it would destroy a device node or a pipe).
+_WRITTEN_THROUGH = {
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFIFO: "a FIFO",
+}
+_KIND_NAMES = {**_WRITTEN_THROUGH, stat.S_IFDIR: "a directory", stat.S_IFSOCK: "a socket"}
+
+
+def _kind_at(path: Path) -> int | None:
+    """The file type (`stat.S_IFMT`) of what `path` leads to, symbolic links followed;
+    None if nothing is there (a dangling link included, or a file where a directory of
+    the path belongs)."""
+    try:
+        return stat.S_IFMT(os.stat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _link_target(path: Path) -> Path:
+    """Where a write to `path` lands: `path`, or, if it is a symbolic link, the file the
+    chain of links leads to (which need not exist yet)."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
 def _temporary_beside(target: Path, directory: bool) -> Path:
@@ -127,6 +160,10 @@ def write_file_atomic(path: str | Path, write: Callable[[Path], None]) -> Path:
     `path` as it was and no temporary file behind. The file gets the mode the user's
     umask gives.
 
+    What `path` leads to is never replaced by something else. A symbolic link is
+    followed: the file it leads to is replaced atomically and the link stays a link.
+    A device or a FIFO is written through, as a shell's `>` would: see `_write_through`.
+
     Args:
         path: the file to (re)place; its directory is created if missing.
         write: writes the whole file at the path it is given (which ends in ".tmp",
@@ -137,18 +174,30 @@ def write_file_atomic(path: str | Path, write: Callable[[Path], None]) -> Path:
 
     Raises:
         WriteFailed: (an OSError) the system refused a write (disk full, permission
-            denied, read-only file system); it names `path`.
+            denied, read-only file system, a device that refuses it such as
+            /dev/full), or `path` leads to a directory or a socket; it names `path`.
     """
     path = Path(path)
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _temporary_beside(path, directory=False)
+        kind = _kind_at(path)
+        if kind in _WRITTEN_THROUGH:
+            _write_through(path, write)
+            return path
+        if kind is not None and kind != stat.S_IFREG:
+            raise WriteFailed(
+                errno.EISDIR if kind == stat.S_IFDIR else errno.EINVAL,
+                f"it is {_KIND_NAMES.get(kind, 'not a regular file')}; name a file to write",
+                str(path),
+            )
+        target = _link_target(path)
+        tmp = _temporary_beside(target, directory=False)
         write(tmp)
         _usual_modes([tmp])
         _fsync_file(tmp)
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
+        os.replace(tmp, target)
+        fsync_dir(target.parent)
     except BaseException as err:
         if tmp is not None:
             tmp.unlink(missing_ok=True)
@@ -157,6 +206,27 @@ def write_file_atomic(path: str | Path, write: Callable[[Path], None]) -> Path:
             raise
         raise refused from err
     return path
+
+
+def _write_through(path: Path, write: Callable[[Path], None]) -> None:
+    """Write into the device or FIFO at `path` in place: no temporary beside it and no
+    rename, which would replace the node by a regular file. `write` fills a private
+    temporary file first (writers may need to seek, and `shutil.copyfile` refuses
+    pipes); its bytes are then written into `path`, opened without O_CREAT so that a
+    node gone meanwhile is an error rather than a new file. There is nothing to fsync.
+    A failure may leave part of the output in the device or the pipe."""
+    with tempfile.TemporaryDirectory(prefix="aiayn-") as scratch:
+        tmp = Path(scratch) / path.name
+        write(tmp)
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            with open(tmp, "rb") as file:
+                while chunk := file.read(1 << 20):
+                    view = memoryview(chunk)
+                    while view:
+                        view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> Path:
@@ -171,20 +241,32 @@ def write_dir_atomic(target: str | Path, fill: Callable[[Path], None]) -> Path:
     An existing `target` is replaced: moved aside first, deleted after the rename.
     A failure in `fill` or in the fsyncs leaves `target` as it was; a crash leaves at
     most a temporary that `remove_temporaries` cleans up. The directory gets the mode
-    the user's umask gives.
+    the user's umask gives. A symbolic link is followed: the directory it leads to is
+    replaced and the link stays a link. Anything else that is not a directory (a file,
+    a device, a FIFO) is refused, not replaced.
 
     Returns:
         `target`.
 
     Raises:
-        WriteFailed: (an OSError) the system refused a write; it names `target`.
+        WriteFailed: (an OSError) the system refused a write, or `target` leads to
+            something that is not a directory; it names `target`.
     """
     target = Path(target)
-    parent = target.parent
     tmp = None
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-        tmp = _temporary_beside(target, directory=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        kind = _kind_at(target)
+        if kind is not None and kind != stat.S_IFDIR:
+            raise WriteFailed(
+                errno.ENOTDIR,
+                f"it is {_KIND_NAMES.get(kind, 'a file')}, not a directory; "
+                "name a directory to write",
+                str(target),
+            )
+        real = _link_target(target)
+        parent = real.parent
+        tmp = _temporary_beside(real, directory=True)
         fill(tmp)
         written = sorted(tmp.rglob("*"), reverse=True)  # files before their directories
         _usual_modes(written)
@@ -195,10 +277,10 @@ def write_dir_atomic(target: str | Path, fill: Callable[[Path], None]) -> Path:
                 _fsync_file(path)
         fsync_dir(tmp)
         old = None
-        if target.exists():
-            old = parent / f".{target.name}.{os.getpid()}{_OLD_SUFFIX}"
-            os.replace(target, old)
-        os.replace(tmp, target)
+        if real.exists():
+            old = parent / f".{real.name}.{os.getpid()}{_OLD_SUFFIX}"
+            os.replace(real, old)
+        os.replace(tmp, real)
         fsync_dir(parent)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
@@ -358,8 +440,9 @@ def read_lines(path: str | Path) -> list[str]:
 def check_output(path: str | Path, option: str, directory: bool = False) -> Path:
     """Refuse, before any work, an output path that could not be written.
 
-    A file output must not be a directory, nor an existing file that is read-only; a
-    directory output must not be an existing file. Either must be writable where it
+    A file output must not be a directory or a socket, nor an existing file that is
+    read-only (a device or a FIFO is fine: it is written through); a directory output
+    must not be an existing file, device or FIFO. Either must be writable where it
     is, or, if it does not exist yet, creatable in its nearest existing ancestor.
 
     Args:
@@ -375,10 +458,14 @@ def check_output(path: str | Path, option: str, directory: bool = False) -> Path
     """
     path = Path(path)
     where = f"{option} {path}"
+    kind = _kind_at(path)
     if path.is_dir() and not directory:
         raise ValueError(f"{where} is a directory; name a file to write")
+    if kind == stat.S_IFSOCK and not directory:
+        raise ValueError(f"{where} is a socket; name a file, a device or a FIFO to write")
     if path.exists() and not path.is_dir() and directory:
-        raise ValueError(f"{where} is an existing file; name a directory to write")
+        what = "an existing file" if kind == stat.S_IFREG else _KIND_NAMES.get(kind, "a file")
+        raise ValueError(f"{where} is {what}; name a directory to write")
     if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
         raise ValueError(f"{where}: cannot write in it (read-only or permission denied)")
     if path.exists() and not directory and not os.access(path, os.W_OK):
