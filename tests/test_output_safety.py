@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import shlex
@@ -366,3 +367,124 @@ def test_write_dir_atomic_refuses_a_file_and_keeps_it(tmp_path):
         write_dir_atomic(tmp_path / "file", lambda tmp: (tmp / "x").write_text("x"))
     assert (tmp_path / "file").read_text() == "keep me\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+# ----- convert: never into a model that is there already -----------------------------
+
+
+def _digest(directory: Path) -> dict[str, str]:
+    """Every file under `directory` (links as links), by its sha256."""
+    return {
+        str(p.relative_to(directory)): (
+            f"link:{os.readlink(p)}"
+            if p.is_symlink()
+            else hashlib.sha256(p.read_bytes()).hexdigest()
+        )
+        for p in sorted(directory.rglob("*"))
+        if p.is_symlink() or p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory) -> dict[str, Path]:
+    """Tiny Hugging Face directories, built by transformers as test_hf_models.py and
+    test_marian.py build theirs (nothing downloaded)."""
+    pytest.importorskip("transformers")
+    from test_hf_models import bert_directory, gpt2_directory
+    from test_marian import SHAPES, build_marian_directory
+
+    root = tmp_path_factory.mktemp("hf_sources")
+    for name in ("gpt2", "bert", "marian"):
+        (root / name).mkdir()
+    gpt2_directory(root / "gpt2")
+    bert_directory(root / "bert")
+    build_marian_directory(root / "marian", SHAPES["swish-2x2"])
+    return {"gpt2": root / "gpt2", "bert": root / "bert", "marian": root / "marian"}
+
+
+def _convert(kind: str, source: Path, out: Path, *more: str):
+    return CliRunner().invoke(app, ["convert", kind, str(source), str(out), *more])
+
+
+@pytest.fixture
+def source(sources, tmp_path, request) -> tuple[str, Path]:
+    """(kind, a private copy of its source directory): a test may try to damage it."""
+    kind = request.param
+    copy = tmp_path / f"{kind}-source"
+    shutil.copytree(sources[kind], copy)
+    return kind, copy
+
+
+KINDS = ["gpt2", "bert", "marian"]
+
+
+@pytest.mark.parametrize("source", KINDS, indirect=True)
+@pytest.mark.parametrize("force", [False, True], ids=["plain", "force"])
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ("{src}", "is the source directory"),
+        ("{src}/converted", "lies inside the source directory"),
+        ("{src}/../link", "is the source directory"),  # a link to the source
+        ("{src}/..", "holds the source directory"),
+    ],
+    ids=["same", "inside", "link-to-it", "around-it"],
+)
+def test_convert_never_writes_over_or_inside_its_source(source, tmp_path, force, where, message):
+    kind, src = source
+    os.symlink(src, tmp_path / "link")
+    out = Path(where.format(src=src))
+    before = _digest(tmp_path)
+    result = _convert(kind, src, out, *(["--force"] if force else []))
+    _one_line_error(result, message)
+    assert _digest(tmp_path) == before  # the source byte for byte, and nothing new
+
+
+@pytest.mark.parametrize("source", KINDS, indirect=True)
+def test_convert_into_a_non_empty_directory_needs_force_and_then_replaces_it(
+    source, world, tmp_path
+):
+    kind, src = source
+    out = tmp_path / "run"
+    shutil.copytree(world["run"], out)  # a trained run
+    before = _digest(out)
+    refused = _convert(kind, src, out)
+    _one_line_error(refused, str(out), "is not empty", "--force")
+    assert _digest(out) == before
+
+    fresh = tmp_path / "fresh"
+    _ok(_convert(kind, src, fresh))
+    _ok(_convert(kind, src, out, "--force"))
+    assert sorted(_digest(out)) == sorted(_digest(fresh))  # replaced whole: no checkpoint left
+    for name in _digest(fresh):
+        assert _same_output((out / name).read_bytes(), (fresh / name).read_bytes()), name
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+@pytest.mark.parametrize("source", ["gpt2"], indirect=True)
+def test_convert_into_an_existing_empty_directory_needs_no_force(source, tmp_path):
+    kind, src = source
+    (tmp_path / "empty").mkdir()
+    _ok(_convert(kind, src, tmp_path / "empty"))
+    assert (tmp_path / "empty" / "model.safetensors").is_file()
+
+
+@pytest.mark.parametrize("source", KINDS, indirect=True)
+def test_a_conversion_that_fails_half_way_leaves_no_partial_out(source, tmp_path, monkeypatch):
+    """A full disk while the weights are written, after the tokenizer files: OUT does not
+    appear, and no temporary is left beside it."""
+    kind, src = source
+    module = "aiayn.marian" if kind == "marian" else "aiayn.hf_models"
+
+    def full_disk(model, path, **options):
+        Path(path).write_bytes(b"the first bytes of the weights")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(f"{module}.save_model", full_disk)
+    out = tmp_path / "out"
+    before = _digest(src)
+    result = _convert(kind, src, out)
+    _one_line_error(result, str(out), "No space left on device")
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [src.name]
+    assert _digest(src) == before

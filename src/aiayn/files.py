@@ -480,3 +480,41 @@ def check_output(path: str | Path, option: str, directory: bool = False) -> Path
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise ValueError(f"{where}: cannot write in {ancestor} (read-only or permission denied)")
     return path
+
+
+def check_fresh_output(out: str | Path, option: str, source: str | Path, force: bool) -> Path:
+    """Refuse, before any work, a directory output that would destroy something: one that
+    holds files already (unless `force`), or one that is, lies inside or holds `source`
+    (even with `force`: replacing it would delete the input). Symbolic links are
+    resolved first. Check the path itself with `check_output`.
+
+    Args:
+        out: the directory to write (replaced whole, see `write_dir_atomic`).
+        option: how the user named it ("OUT"), for the message.
+        source: the directory the output is made from.
+        force: whether an existing, non-empty `out` may be replaced.
+
+    Returns:
+        `out`.
+
+    Raises:
+        ValueError: naming `option`, `out` and what it would destroy.
+    """
+    out, source = Path(out), Path(source)
+    where, real_out, real_source = f"{option} {out}", out.resolve(), source.resolve()
+    if real_out == real_source:
+        raise ValueError(f"{where} is the source directory {source}; name another directory")
+    if real_source in real_out.parents:
+        raise ValueError(f"{where} lies inside the source directory {source}; name one outside it")
+    if real_out in real_source.parents:
+        raise ValueError(
+            f"{where} holds the source directory {source}; replacing it would delete the "
+            "source: name another directory"
+        )
+    if not force and out.is_dir() and any(out.iterdir()):
+        held = ", ".join(sorted(p.name for p in out.iterdir())[:3])
+        raise ValueError(
+            f"{where} exists and is not empty (it holds {held}, ...); name a new or empty "
+            "directory, or give --force to replace it"
+        )
+    return out
