@@ -22,8 +22,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import io
+import itertools
 import json
 import os
+import re
 import shlex
 import shutil
 import stat
@@ -36,6 +39,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+import aiayn.files as files
 from aiayn.cli import app
 from aiayn.files import WriteFailed, check_output, write_atomic, write_dir_atomic
 from train_helpers import RECIPE, make_corpus
@@ -488,3 +492,140 @@ def test_a_conversion_that_fails_half_way_leaves_no_partial_out(source, tmp_path
     assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == [src.name]
     assert _digest(src) == before
+
+
+# ----- unbounded input: every line reader bounds a line ----------------------------
+
+LIMIT = 1000  # MAX_LINE_BYTES, lowered for the tests
+
+
+@pytest.fixture
+def small_limit(monkeypatch) -> int:
+    # raising=False: on code without the bound the tests fail on behaviour, not here
+    monkeypatch.setattr(files, "MAX_LINE_BYTES", LIMIT, raising=False)
+    return LIMIT
+
+
+class _Endless(io.RawIOBase):
+    """A stream of b"x" with no newline, like /dev/zero; it counts what was read and
+    gives up (an error) after `cap` bytes, so a reader without a bound fails, not hangs."""
+
+    def __init__(self, cap: int = 64 << 20) -> None:
+        self.read_bytes, self.cap = 0, cap
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self.read_bytes >= self.cap:
+            raise OSError(errno.EFBIG, f"read {self.cap} bytes of one line")
+        n = min(len(buffer), 4096)
+        buffer[:n] = b"x" * n
+        self.read_bytes += n
+        return n
+
+
+def test_a_line_at_the_limit_is_read_and_one_byte_longer_is_refused(tmp_path, small_limit):
+    path = tmp_path / "in.txt"
+    at_limit = "é" * (LIMIT // 2)  # 2 bytes each: the limit counts bytes, not characters
+    path.write_bytes(f"{at_limit}\r\nshort\n{at_limit}\n".encode())
+    assert files.read_lines(path) == [at_limit, "short", at_limit]
+    path.write_bytes(f"short\n{at_limit}x\nshort\n".encode())
+    with pytest.raises(
+        ValueError, match=re.escape(f"{path}:2: the line is longer than 1,000 bytes")
+    ):
+        files.read_lines(path)
+    path.write_bytes(f"short\n\n{at_limit}x".encode())  # the last line, without its newline
+    with pytest.raises(ValueError, match=re.escape(f"{path}:3: the line is longer than 1,000")):
+        files.read_lines(path)
+
+
+def test_the_limit_is_one_mebibyte(tmp_path):
+    limit = 1 << 20
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"x" * limit + b"\n")
+    assert files.read_lines(path) == ["x" * limit]
+    path.write_bytes(b"x" * (limit + 1) + b"\n")
+    with pytest.raises(ValueError, match=f"{path}:1: the line is longer than 1,048,576 bytes"):
+        files.read_lines(path)
+
+
+def test_a_line_without_end_is_refused_after_a_bounded_read(small_limit):
+    """A generator of bytes with no newline ever: refused once a little more than the
+    limit has been read, whatever the size of the pieces it comes in."""
+    for piece in (1, 7, 4096, 3 * LIMIT):
+        consumed = 0
+
+        def endless(piece: int = piece) -> Iterator[bytes]:
+            nonlocal consumed
+            while consumed < 64 << 20:
+                consumed += piece
+                yield b"x" * piece
+
+        lines = decode_lines_of(b"one\ntwo\n", endless())
+        with pytest.raises(ValueError, match=r"^<gen>:3: the line is longer than 1,000 bytes"):
+            list(itertools.islice(lines, 10_000))
+        assert consumed <= LIMIT + 2 + 8 + max(piece, 4096), piece
+
+
+def decode_lines_of(head: bytes, tail: Iterator[bytes]) -> Iterator[str]:
+    return files.decode_lines(itertools.chain([head], tail), "<gen>")
+
+
+def test_translate_refuses_an_endless_stdin_line_after_a_bounded_read(
+    world, small_limit, monkeypatch
+):
+    endless = _Endless()
+    # typer's CliRunner takes only str or bytes as stdin: hand it the endless stream
+    monkeypatch.setattr("typer.testing.make_input_stream", lambda *_: io.BufferedReader(endless))
+    result = CliRunner().invoke(app, ["translate", str(world["run"])])
+    _one_line_error(result, "<stdin>:1: the line is longer than 1,000 bytes")
+    assert endless.read_bytes < 1 << 20
+
+
+# Every command that reads text line by line, given a file whose second line is too long
+# as the option named: (id, command line with {long} the file, {short} a good one of the
+# same length and {out} an output that must not appear).
+READERS = [
+    ("translate -i", "translate {run} -i {long} -o {out}"),
+    ("evaluate --src", "evaluate {run} --src {long} --ref {short} --out {out}"),
+    ("evaluate --ref", "evaluate {run} --src {short} --ref {long} --out {out}"),
+    (
+        "prepare text --src-train",
+        "prepare text --src-train {long} --tgt-train {short} --src-lang en --tgt-lang de "
+        "--vocab-size 40 --out {out}",
+    ),
+    (
+        "prepare text --tgt-valid",
+        "prepare text --src-train {corpus}/train.en --tgt-train {corpus}/train.de "
+        "--src-valid {short} --tgt-valid {long} --src-lang en --tgt-lang de --vocab-size 40 "
+        "--out {out}",
+    ),
+    ("prepare tsv --train", "prepare tsv --train {long} --src-lang en --tgt-lang de --out {out}"),
+    ("prepare lm text", "prepare lm text {long} {out} --vocab-size 40"),
+    ("prepare lm text --valid", "prepare lm text {corpus}/train.en {out} --valid {long}"),
+    (
+        "shortlist build --source",
+        "shortlist build {run} --tokenizer {run}/spm.model --source {long} --target {short} "
+        "--out {out}",
+    ),
+    (
+        "shortlist build --target",
+        "shortlist build {run} --tokenizer {run}/spm.model --source {short} --target {long} "
+        "--out {out}",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "command"), READERS, ids=[r[0] for r in READERS])
+def test_every_line_reader_refuses_a_line_too_long(world, tmp_path, small_limit, name, command):
+    long, short, out = tmp_path / "long.txt", tmp_path / "short.txt", tmp_path / "out"
+    cell = "house\tcasa" if "tsv" in name else "the house"
+    long.write_text(f"{cell}\n{'tree ' * 250}\n{cell}\n")  # line 2: 1,250 bytes
+    short.write_text(f"{cell}\n{cell}\n{cell}\n")
+    words = command.format(
+        run=world["run"], corpus=world["corpus"], long=long, short=short, out=out
+    )
+    result = CliRunner().invoke(app, shlex.split(words))
+    _one_line_error(result, f"{long}:2: the line is longer than 1,000 bytes")
+    assert not out.exists() or not [p for p in out.iterdir() if not p.name.startswith(".")]

@@ -12,7 +12,7 @@ full, permission denied, read-only) raises `WriteFailed`, one line naming the ta
 a second process out (one trainer per run directory).
 
 Every text file aiayn reads line by line goes through `read_lines` (`decode_lines`
-for a stream such as stdin).
+for a stream such as stdin), which refuses a line longer than `MAX_LINE_BYTES`.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 log = logging.getLogger(__name__)
 
@@ -384,34 +385,87 @@ def lines_text(lines: Iterable[str]) -> str:
 # ----- reading ----------------------------------------------------------------------
 
 
+# The longest line a reader accepts, in bytes, its line end not counted. A sentence is
+# far shorter, and a document of a monolingual corpus (one per line) is too, with room to
+# spare; what is longer is not line-based text (a binary file, /dev/zero, a file with no
+# newlines), and reading it whole could take all the memory there is.
+MAX_LINE_BYTES = 1 << 20  # 1 MiB
+_CHUNK_BYTES = 1 << 16  # read this much at a time, so no line is ever read whole first
+
+
 class TextEncodingError(ValueError):
     """Text input that is not valid UTF-8; the message names the file, line and byte."""
 
 
-def decode_lines(stream: Iterable[bytes], name: str) -> Iterator[str]:
+class LineTooLong(ValueError):
+    """A line longer than `MAX_LINE_BYTES`; the message names the file, line and limit."""
+
+
+def _chunks(stream: BinaryIO | Iterable[bytes]) -> Iterator[bytes]:
+    """The bytes of `stream` in pieces of at most `_CHUNK_BYTES` (for a file), or as an
+    iterable yields them, wherever its lines end."""
+    read = getattr(stream, "read1", None) or getattr(stream, "read", None)
+    if read is None:
+        yield from stream
+        return
+    while chunk := read(_CHUNK_BYTES):
+        yield chunk
+
+
+def decode_lines(stream: BinaryIO | Iterable[bytes], name: str) -> Iterator[str]:
     """Lines of a byte stream (a file opened "rb", `sys.stdin.buffer`) as text.
 
     Only "\\n" ends a line, not the other Unicode line separators a sentence may
     contain; a "\\r" before it is dropped too ("\\r\\n" files). A final newline
-    does not start another line.
+    does not start another line. The stream is read in chunks, and a line longer than
+    `MAX_LINE_BYTES` is refused as soon as that many bytes of it have come, so memory
+    stays bounded whatever the input (/dev/zero, a binary file).
 
     Args:
-        stream: yields the raw lines, each with its "\\n" (the last may lack it).
+        stream: a binary file, or an iterable of its bytes in pieces of any size.
         name: what to call the stream in an error ("<stdin>", the file's path).
 
     Raises:
         TextEncodingError: at the first line that is not valid UTF-8, naming
             `name`, the line number and the byte offset in that line.
+        LineTooLong: (a ValueError) at the first line longer than `MAX_LINE_BYTES`,
+            naming `name`, the line number and the limit.
     """
-    for number, raw in enumerate(stream, start=1):
-        raw = raw.removesuffix(b"\n").removesuffix(b"\r")
+    limit = MAX_LINE_BYTES  # read now: tests lower it
+    number, pending = 0, bytearray()
+
+    def line(raw: bytes) -> str:
+        raw = raw.removesuffix(b"\r")
+        if len(raw) > limit:
+            raise _too_long(name, number, limit)
         try:
-            yield raw.decode("utf-8")
+            return raw.decode("utf-8")
         except UnicodeDecodeError as err:
             raise TextEncodingError(
                 f"{name}:{number}: invalid UTF-8 at byte {err.start + 1} of the line "
                 f"({err.reason}); the input must be UTF-8 text"
             ) from None
+
+    for chunk in _chunks(stream):
+        pending += chunk
+        start = 0
+        while (end := pending.find(b"\n", start)) >= 0:
+            number += 1
+            yield line(bytes(pending[start:end]))
+            start = end + 1
+        del pending[:start]
+        if len(pending) > limit + 1:  # the line so far, and room for a "\r" before "\n"
+            raise _too_long(name, number + 1, limit)
+    if pending:
+        number += 1
+        yield line(bytes(pending))
+
+
+def _too_long(name: str, number: int, limit: int) -> LineTooLong:
+    return LineTooLong(
+        f"{name}:{number}: the line is longer than {limit:,} bytes, the most a line may "
+        "hold; the input must be text, one sentence or document per line"
+    )
 
 
 def read_lines(path: str | Path) -> list[str]:
@@ -424,6 +478,8 @@ def read_lines(path: str | Path) -> list[str]:
         FileNotFoundError: if the file is missing.
         IsADirectoryError: if it is a directory.
         TextEncodingError: (a ValueError) on invalid UTF-8, naming file, line and byte.
+        LineTooLong: (a ValueError) on a line longer than `MAX_LINE_BYTES`, naming
+            file, line and the limit.
     """
     path = Path(path)
     if not path.exists():
