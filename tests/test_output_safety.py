@@ -1,6 +1,7 @@
-"""Outputs that are not plain files: a write never replaces what the path leads to.
+"""Data-loss and unbounded-input cases of issue 34: outputs that are not plain files,
+`convert` into a directory that holds something, and lines without end.
 
-Every command that writes a file is run with its output path (or a file it writes
+A write never replaces what the path leads to. Every command that writes a file is run with its output path (or a file it writes
 inside its output directory) made, in turn, into:
 
 - a FIFO: the bytes must come through the pipe (a reader thread drains it), the same
@@ -15,6 +16,11 @@ inside its output directory) made, in turn, into:
 The device twins live in the test's tmp_path; the tests never point at the machine's
 own /dev/null or /dev/full (the old code replaced a device node by a regular file).
 Making device nodes needs root; elsewhere those cases skip, saying so.
+
+`aiayn convert` never writes over or inside its source, refuses a non-empty OUT
+without --force, and leaves no partial OUT (the source is hashed before and after).
+Every reader of lines refuses a line longer than `aiayn.files.MAX_LINE_BYTES` after
+reading about that much, never the whole line.
 """
 
 from __future__ import annotations
