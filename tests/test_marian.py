@@ -422,8 +422,9 @@ def test_convert_refuses_a_bad_directory_without_writing(tmp_path):
 
     from aiayn.cli import app
 
-    out = tmp_path / "out"
-    result = CliRunner().invoke(app, ["convert", "marian", str(tmp_path), str(out)])
+    out, empty = tmp_path / "out", tmp_path / "empty"  # OUT beside the source, not inside
+    empty.mkdir()
+    result = CliRunner().invoke(app, ["convert", "marian", str(empty), str(out)])
     assert result.exit_code == 1 and "config.json" in result.output
     assert not out.exists()
 

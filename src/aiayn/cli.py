@@ -1076,6 +1076,37 @@ convert_app = typer.Typer(
 app.add_typer(convert_app, name="convert")
 
 
+ForceOpt = Annotated[
+    bool,
+    typer.Option(
+        "--force",
+        help="Replace OUT, and everything in it, if it exists and is not empty "
+        "(never the source directory, nor one inside it or holding it).",
+    ),
+]
+
+
+def _convert_into(path: Path, out: Path, force: bool, convert) -> Path:
+    """Run `convert(path, tmp)` into a temporary sibling of OUT, renamed to OUT when whole,
+    after refusing an OUT that would destroy something; the weights file written."""
+    from aiayn.files import check_fresh_output, check_output, write_dir_atomic
+
+    check_output(out, "OUT", directory=True)
+    check_fresh_output(out, "OUT", path, force)
+    written: list[Path] = []
+
+    def fill(tmp: Path) -> None:
+        try:
+            written.append(convert(path, tmp))
+        except OSError as err:  # reading the source: not a write to OUT that failed
+            if err.errno is None or err.filename is None or tmp in Path(err.filename).parents:
+                raise
+            raise ValueError(f"cannot read {err.filename}: {err.strerror}") from None
+
+    write_dir_atomic(out, fill)
+    return out / written[0].name
+
+
 @convert_app.command("marian")
 def convert_marian_command(
     path: Annotated[
@@ -1092,6 +1123,7 @@ def convert_marian_command(
             "scales; `aiayn translate OUT` then runs int8 unless --dtype says otherwise.",
         ),
     ] = "float32",
+    force: ForceOpt = False,
 ) -> None:
     """Convert a local Marian / opus-mt model; then `aiayn translate OUT` runs it.
 
@@ -1099,29 +1131,28 @@ def convert_marian_command(
     (the generation settings: beam, length penalty, max length, bad words).
     Nothing is downloaded and transformers is not needed.
     """
-    from aiayn.files import check_output
+    import functools
+
     from aiayn.io.marian import convert_marian
 
     _warnings_to_stderr()
     try:
         if dtype not in ("float32", "int8"):
             raise ValueError(f"--dtype {dtype!r}: use float32 or int8")
-        check_output(out, "OUT", directory=True)
-        weights = convert_marian(path, out, int8=dtype == "int8")
+        convert = functools.partial(convert_marian, int8=dtype == "int8")
+        weights = _convert_into(path, out, force, convert)
     except (FileNotFoundError, ValueError) as err:
         raise _fail(err) from None
     typer.echo(f"wrote {weights}; translate with: aiayn translate {out}")
 
 
-def _convert_hf(model_type: str, path: Path, out: Path, usage: str) -> None:
+def _convert_hf(model_type: str, path: Path, out: Path, usage: str, force: bool) -> None:
     """`aiayn convert gpt2 / bert`: the conversion, or its error in one line."""
-    from aiayn.files import check_output
     from aiayn.io import hf_models
 
     _warnings_to_stderr()
     try:
-        check_output(out, "OUT", directory=True)
-        weights = getattr(hf_models, f"convert_{model_type}")(path, out)
+        weights = _convert_into(path, out, force, getattr(hf_models, f"convert_{model_type}"))
     except (FileNotFoundError, ValueError) as err:
         raise _fail(err) from None
     typer.echo(f"wrote {weights}; run it with: aiayn {usage.format(out=out)}")
@@ -1132,23 +1163,23 @@ ConvertOutArg = Annotated[Path, typer.Argument(help="The aiayn directory to writ
 
 
 @convert_app.command("gpt2")
-def convert_gpt2_command(path: HFDirArg, out: ConvertOutArg) -> None:
+def convert_gpt2_command(path: HFDirArg, out: ConvertOutArg, force: ForceOpt = False) -> None:
     """Convert a local GPT-2 checkpoint; then `aiayn generate OUT "..."` runs it.
 
     OUT gets model.safetensors, the tokenizer files and converted.json. Nothing is
     downloaded. Configurations the mapping does not cover are refused by field.
     """
-    _convert_hf("gpt2", path, out, 'generate {out} "In the beginning"')
+    _convert_hf("gpt2", path, out, 'generate {out} "In the beginning"', force)
 
 
 @convert_app.command("bert")
-def convert_bert_command(path: HFDirArg, out: ConvertOutArg) -> None:
+def convert_bert_command(path: HFDirArg, out: ConvertOutArg, force: ForceOpt = False) -> None:
     """Convert a local BERT (masked-LM) checkpoint; then `aiayn fill OUT "... [MASK] ..."`.
 
     OUT gets model.safetensors, the tokenizer files and converted.json. Nothing is
     downloaded. Configurations the mapping does not cover are refused by field.
     """
-    _convert_hf("bert", path, out, 'fill {out} "For God so [MASK] the world"')
+    _convert_hf("bert", path, out, 'fill {out} "For God so [MASK] the world"', force)
 
 
 # ----- serving ---------------------------------------------------------------------

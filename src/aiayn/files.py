@@ -3,26 +3,33 @@
 Every file aiayn writes goes through `write_file_atomic` (`write_atomic` for text
 or bytes in memory) or, for a directory, `write_dir_atomic`: a temporary sibling is
 written, fsynced and renamed over the target, so a crash or a full disk never
-leaves a half-written file where a whole one was. A write the system refuses (disk
+leaves a half-written file where a whole one was. What the target path leads to is
+never replaced by something else: a symbolic link is followed (its target is
+replaced atomically, the link stays a link), and a device or a FIFO is written
+through, as a shell's `>` would. A write the system refuses (disk
 full, permission denied, read-only) raises `WriteFailed`, one line naming the target;
 `remove_temporaries` cleans up after a writer that was killed. `exclusive_lock` keeps
 a second process out (one trainer per run directory).
 
 Every text file aiayn reads line by line goes through `read_lines` (`decode_lines`
-for a stream such as stdin).
+for a stream such as stdin), which refuses a line longer than `MAX_LINE_BYTES`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
 import re
 import secrets
 import shutil
+import stat
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +76,33 @@ def _refused(err: BaseException, target: Path) -> WriteFailed | None:
         return None
     cause = system_error(err)
     return None if cause is None else WriteFailed(cause.errno, cause.strerror, str(target))
+
+
+# What a path may lead to when a file is written there: a regular file (replaced
+# atomically) or one of these, written through (opened and written in place: there is
+# nothing to rename over, and renaming over it would destroy a device node or a pipe).
+_WRITTEN_THROUGH = {
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFIFO: "a FIFO",
+}
+_KIND_NAMES = {**_WRITTEN_THROUGH, stat.S_IFDIR: "a directory", stat.S_IFSOCK: "a socket"}
+
+
+def _kind_at(path: Path) -> int | None:
+    """The file type (`stat.S_IFMT`) of what `path` leads to, symbolic links followed;
+    None if nothing is there (a dangling link included, or a file where a directory of
+    the path belongs)."""
+    try:
+        return stat.S_IFMT(os.stat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _link_target(path: Path) -> Path:
+    """Where a write to `path` lands: `path`, or, if it is a symbolic link, the file the
+    chain of links leads to (which need not exist yet)."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
 def _temporary_beside(target: Path, directory: bool) -> Path:
@@ -127,6 +161,10 @@ def write_file_atomic(path: str | Path, write: Callable[[Path], None]) -> Path:
     `path` as it was and no temporary file behind. The file gets the mode the user's
     umask gives.
 
+    What `path` leads to is never replaced by something else. A symbolic link is
+    followed: the file it leads to is replaced atomically and the link stays a link.
+    A device or a FIFO is written through, as a shell's `>` would: see `_write_through`.
+
     Args:
         path: the file to (re)place; its directory is created if missing.
         write: writes the whole file at the path it is given (which ends in ".tmp",
@@ -137,18 +175,30 @@ def write_file_atomic(path: str | Path, write: Callable[[Path], None]) -> Path:
 
     Raises:
         WriteFailed: (an OSError) the system refused a write (disk full, permission
-            denied, read-only file system); it names `path`.
+            denied, read-only file system, a device that refuses it such as
+            /dev/full), or `path` leads to a directory or a socket; it names `path`.
     """
     path = Path(path)
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _temporary_beside(path, directory=False)
+        kind = _kind_at(path)
+        if kind in _WRITTEN_THROUGH:
+            _write_through(path, write)
+            return path
+        if kind is not None and kind != stat.S_IFREG:
+            raise WriteFailed(
+                errno.EISDIR if kind == stat.S_IFDIR else errno.EINVAL,
+                f"it is {_KIND_NAMES.get(kind, 'not a regular file')}; name a file to write",
+                str(path),
+            )
+        target = _link_target(path)
+        tmp = _temporary_beside(target, directory=False)
         write(tmp)
         _usual_modes([tmp])
         _fsync_file(tmp)
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
+        os.replace(tmp, target)
+        fsync_dir(target.parent)
     except BaseException as err:
         if tmp is not None:
             tmp.unlink(missing_ok=True)
@@ -157,6 +207,27 @@ def write_file_atomic(path: str | Path, write: Callable[[Path], None]) -> Path:
             raise
         raise refused from err
     return path
+
+
+def _write_through(path: Path, write: Callable[[Path], None]) -> None:
+    """Write into the device or FIFO at `path` in place: no temporary beside it and no
+    rename, which would replace the node by a regular file. `write` fills a private
+    temporary file first (writers may need to seek, and `shutil.copyfile` refuses
+    pipes); its bytes are then written into `path`, opened without O_CREAT so that a
+    node gone meanwhile is an error rather than a new file. There is nothing to fsync.
+    A failure may leave part of the output in the device or the pipe."""
+    with tempfile.TemporaryDirectory(prefix="aiayn-") as scratch:
+        tmp = Path(scratch) / path.name
+        write(tmp)
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            with open(tmp, "rb") as file:
+                while chunk := file.read(1 << 20):
+                    view = memoryview(chunk)
+                    while view:
+                        view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
 
 
 def write_atomic(path: str | Path, data: str | bytes) -> Path:
@@ -171,20 +242,32 @@ def write_dir_atomic(target: str | Path, fill: Callable[[Path], None]) -> Path:
     An existing `target` is replaced: moved aside first, deleted after the rename.
     A failure in `fill` or in the fsyncs leaves `target` as it was; a crash leaves at
     most a temporary that `remove_temporaries` cleans up. The directory gets the mode
-    the user's umask gives.
+    the user's umask gives. A symbolic link is followed: the directory it leads to is
+    replaced and the link stays a link. Anything else that is not a directory (a file,
+    a device, a FIFO) is refused, not replaced.
 
     Returns:
         `target`.
 
     Raises:
-        WriteFailed: (an OSError) the system refused a write; it names `target`.
+        WriteFailed: (an OSError) the system refused a write, or `target` leads to
+            something that is not a directory; it names `target`.
     """
     target = Path(target)
-    parent = target.parent
     tmp = None
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-        tmp = _temporary_beside(target, directory=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        kind = _kind_at(target)
+        if kind is not None and kind != stat.S_IFDIR:
+            raise WriteFailed(
+                errno.ENOTDIR,
+                f"it is {_KIND_NAMES.get(kind, 'a file')}, not a directory; "
+                "name a directory to write",
+                str(target),
+            )
+        real = _link_target(target)
+        parent = real.parent
+        tmp = _temporary_beside(real, directory=True)
         fill(tmp)
         written = sorted(tmp.rglob("*"), reverse=True)  # files before their directories
         _usual_modes(written)
@@ -195,10 +278,10 @@ def write_dir_atomic(target: str | Path, fill: Callable[[Path], None]) -> Path:
                 _fsync_file(path)
         fsync_dir(tmp)
         old = None
-        if target.exists():
-            old = parent / f".{target.name}.{os.getpid()}{_OLD_SUFFIX}"
-            os.replace(target, old)
-        os.replace(tmp, target)
+        if real.exists():
+            old = parent / f".{real.name}.{os.getpid()}{_OLD_SUFFIX}"
+            os.replace(real, old)
+        os.replace(tmp, real)
         fsync_dir(parent)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
@@ -302,34 +385,87 @@ def lines_text(lines: Iterable[str]) -> str:
 # ----- reading ----------------------------------------------------------------------
 
 
+# The longest line a reader accepts, in bytes, its line end not counted. A sentence is
+# far shorter, and a document of a monolingual corpus (one per line) is too, with room to
+# spare; what is longer is not line-based text (a binary file, /dev/zero, a file with no
+# newlines), and reading it whole could take all the memory there is.
+MAX_LINE_BYTES = 1 << 20  # 1 MiB
+_CHUNK_BYTES = 1 << 16  # read this much at a time, so no line is ever read whole first
+
+
 class TextEncodingError(ValueError):
     """Text input that is not valid UTF-8; the message names the file, line and byte."""
 
 
-def decode_lines(stream: Iterable[bytes], name: str) -> Iterator[str]:
+class LineTooLong(ValueError):
+    """A line longer than `MAX_LINE_BYTES`; the message names the file, line and limit."""
+
+
+def _chunks(stream: BinaryIO | Iterable[bytes]) -> Iterator[bytes]:
+    """The bytes of `stream` in pieces of at most `_CHUNK_BYTES` (for a file), or as an
+    iterable yields them, wherever its lines end."""
+    read = getattr(stream, "read1", None) or getattr(stream, "read", None)
+    if read is None:
+        yield from stream
+        return
+    while chunk := read(_CHUNK_BYTES):
+        yield chunk
+
+
+def decode_lines(stream: BinaryIO | Iterable[bytes], name: str) -> Iterator[str]:
     """Lines of a byte stream (a file opened "rb", `sys.stdin.buffer`) as text.
 
     Only "\\n" ends a line, not the other Unicode line separators a sentence may
     contain; a "\\r" before it is dropped too ("\\r\\n" files). A final newline
-    does not start another line.
+    does not start another line. The stream is read in chunks, and a line longer than
+    `MAX_LINE_BYTES` is refused as soon as that many bytes of it have come, so memory
+    stays bounded whatever the input (/dev/zero, a binary file).
 
     Args:
-        stream: yields the raw lines, each with its "\\n" (the last may lack it).
+        stream: a binary file, or an iterable of its bytes in pieces of any size.
         name: what to call the stream in an error ("<stdin>", the file's path).
 
     Raises:
         TextEncodingError: at the first line that is not valid UTF-8, naming
             `name`, the line number and the byte offset in that line.
+        LineTooLong: (a ValueError) at the first line longer than `MAX_LINE_BYTES`,
+            naming `name`, the line number and the limit.
     """
-    for number, raw in enumerate(stream, start=1):
-        raw = raw.removesuffix(b"\n").removesuffix(b"\r")
+    limit = MAX_LINE_BYTES  # read now: tests lower it
+    number, pending = 0, bytearray()
+
+    def line(raw: bytes) -> str:
+        raw = raw.removesuffix(b"\r")
+        if len(raw) > limit:
+            raise _too_long(name, number, limit)
         try:
-            yield raw.decode("utf-8")
+            return raw.decode("utf-8")
         except UnicodeDecodeError as err:
             raise TextEncodingError(
                 f"{name}:{number}: invalid UTF-8 at byte {err.start + 1} of the line "
                 f"({err.reason}); the input must be UTF-8 text"
             ) from None
+
+    for chunk in _chunks(stream):
+        pending += chunk
+        start = 0
+        while (end := pending.find(b"\n", start)) >= 0:
+            number += 1
+            yield line(bytes(pending[start:end]))
+            start = end + 1
+        del pending[:start]
+        if len(pending) > limit + 1:  # the line so far, and room for a "\r" before "\n"
+            raise _too_long(name, number + 1, limit)
+    if pending:
+        number += 1
+        yield line(bytes(pending))
+
+
+def _too_long(name: str, number: int, limit: int) -> LineTooLong:
+    return LineTooLong(
+        f"{name}:{number}: the line is longer than {limit:,} bytes, the most a line may "
+        "hold; the input must be text, one sentence or document per line"
+    )
 
 
 def read_lines(path: str | Path) -> list[str]:
@@ -342,6 +478,8 @@ def read_lines(path: str | Path) -> list[str]:
         FileNotFoundError: if the file is missing.
         IsADirectoryError: if it is a directory.
         TextEncodingError: (a ValueError) on invalid UTF-8, naming file, line and byte.
+        LineTooLong: (a ValueError) on a line longer than `MAX_LINE_BYTES`, naming
+            file, line and the limit.
     """
     path = Path(path)
     if not path.exists():
@@ -358,8 +496,9 @@ def read_lines(path: str | Path) -> list[str]:
 def check_output(path: str | Path, option: str, directory: bool = False) -> Path:
     """Refuse, before any work, an output path that could not be written.
 
-    A file output must not be a directory, nor an existing file that is read-only; a
-    directory output must not be an existing file. Either must be writable where it
+    A file output must not be a directory or a socket, nor an existing file that is
+    read-only (a device or a FIFO is fine: it is written through); a directory output
+    must not be an existing file, device or FIFO. Either must be writable where it
     is, or, if it does not exist yet, creatable in its nearest existing ancestor.
 
     Args:
@@ -375,10 +514,14 @@ def check_output(path: str | Path, option: str, directory: bool = False) -> Path
     """
     path = Path(path)
     where = f"{option} {path}"
+    kind = _kind_at(path)
     if path.is_dir() and not directory:
         raise ValueError(f"{where} is a directory; name a file to write")
+    if kind == stat.S_IFSOCK and not directory:
+        raise ValueError(f"{where} is a socket; name a file, a device or a FIFO to write")
     if path.exists() and not path.is_dir() and directory:
-        raise ValueError(f"{where} is an existing file; name a directory to write")
+        what = "an existing file" if kind == stat.S_IFREG else _KIND_NAMES.get(kind, "a file")
+        raise ValueError(f"{where} is {what}; name a directory to write")
     if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
         raise ValueError(f"{where}: cannot write in it (read-only or permission denied)")
     if path.exists() and not directory and not os.access(path, os.W_OK):
@@ -393,3 +536,41 @@ def check_output(path: str | Path, option: str, directory: bool = False) -> Path
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise ValueError(f"{where}: cannot write in {ancestor} (read-only or permission denied)")
     return path
+
+
+def check_fresh_output(out: str | Path, option: str, source: str | Path, force: bool) -> Path:
+    """Refuse, before any work, a directory output that would destroy something: one that
+    holds files already (unless `force`), or one that is, lies inside or holds `source`
+    (even with `force`: replacing it would delete the input). Symbolic links are
+    resolved first. Check the path itself with `check_output`.
+
+    Args:
+        out: the directory to write (replaced whole, see `write_dir_atomic`).
+        option: how the user named it ("OUT"), for the message.
+        source: the directory the output is made from.
+        force: whether an existing, non-empty `out` may be replaced.
+
+    Returns:
+        `out`.
+
+    Raises:
+        ValueError: naming `option`, `out` and what it would destroy.
+    """
+    out, source = Path(out), Path(source)
+    where, real_out, real_source = f"{option} {out}", out.resolve(), source.resolve()
+    if real_out == real_source:
+        raise ValueError(f"{where} is the source directory {source}; name another directory")
+    if real_source in real_out.parents:
+        raise ValueError(f"{where} lies inside the source directory {source}; name one outside it")
+    if real_out in real_source.parents:
+        raise ValueError(
+            f"{where} holds the source directory {source}; replacing it would delete the "
+            "source: name another directory"
+        )
+    if not force and out.is_dir() and any(out.iterdir()):
+        held = ", ".join(sorted(p.name for p in out.iterdir())[:3])
+        raise ValueError(
+            f"{where} exists and is not empty (it holds {held}, ...); name a new or empty "
+            "directory, or give --force to replace it"
+        )
+    return out
