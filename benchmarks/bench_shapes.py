@@ -116,6 +116,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--run", action="append", required=True, help="NAME=RUN_DIR")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--conditions", default="", help="how the runs were trained (recorded)")
+    parser.add_argument(
+        "--name", default="shapes", help="results file benchmarks/results/NAME.json (to add runs)"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     rows = []
@@ -131,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
         for r in rows
     ]  # fmt: skip
     print(table(headers, cells))
-    path = write_json("shapes", {"conditions": args.conditions, "runs": rows})
+    path = write_json(args.name, {"conditions": args.conditions, "runs": rows})
     print(f"wrote {path}", file=sys.stderr)
 
 

@@ -8,7 +8,7 @@
 reference_line`) from a file shipped inside the package. That file is rendered
 (`report.quickstart_reference`) from `benchmarks/results/quickstart-*.json`, which
 `record_quickstart` writes; no benchmark writes into `src/`: only this step does, when
-newly recorded runs are taken into a release. `tests/test_quickstart_reference.py`
+newly recorded runs are taken into a release. `tests/docs/test_quickstart_reference.py`
 fails while the packaged file differs from what this step would write.
 """
 

@@ -14,7 +14,7 @@ and is rendered here from `benchmarks/results/*.json` (each written by the scrip
 measured it), with a line naming the file, its date, machine, CPU features, torch
 version, threads, load average, commit and command, and what the file does not record;
 under it, a mark where the run was measured under load (`load_mark`).
-`tests/test_readme_figures.py` runs the check, so a figure edited by hand, or a
+`tests/docs/test_readme_figures.py` runs the check, so a figure edited by hand, or a
 results file re-measured without `--write`, fails the suite.
 """
 
@@ -619,9 +619,12 @@ def serve(name: str) -> str:
     return settings + "\n\n" + table(headers, rows) + "\n\n" + source(name, data, needs_quiet=True)
 
 
+SHAPE_FILES = ("shapes", "shapes-prefix-lm")  # bench_shapes.py --name: runs added later
+
 SHAPE_NAMES = {
     "encdec": ("encoder-decoder (the paper)", "`bible-en-es-cpu`"),
     "gpt-translate": ("decoder-only translator", "`gpt-translate-bible-en-es-cpu`"),
+    "prefix-lm": ("prefix-LM translator", "`prefix-lm-translate-bible-en-es-cpu`"),
     "gpt": ("GPT (decoder-only LM)", "`gpt-bible-en-cpu`"),
     "bert": ("BERT (encoder-only MLM)", "`bert-bible-en-cpu`"),
     "bert-prenorm": ("BERT, pre-norm", "`bert-bible-en-cpu` `model.norm_first=true`"),
@@ -629,9 +632,10 @@ SHAPE_NAMES = {
 
 
 def shapes() -> str:
-    """bench_shapes.py: one row per model shape, each trained with its recipe."""
-    data = load("shapes")
-    runs = {r["shape"]: r for r in data["runs"]}
+    """bench_shapes.py: one row per model shape, each trained with its recipe; the runs of
+    the files in `SHAPE_FILES` after shapes.json's own (each file keeps its provenance)."""
+    files = {name: load(name) for name in SHAPE_FILES if (RESULTS / f"{name}.json").exists()}
+    runs = {r["shape"]: r for data in files.values() for r in data["runs"]}
     rows = []
     for key, (label, recipe) in SHAPE_NAMES.items():
         if key not in runs:
@@ -656,9 +660,11 @@ def shapes() -> str:
         )
     headers = ["shape", "recipe", "parameters", "updates", "epochs"]
     headers += ["training tokens/s (target tokens/s)", "test"]
-    return (
-        table(headers, rows) + f"\n\nConditions: {data['conditions']}.\n\n" + source("shapes", data)
-    )
+    notes = [
+        f"Conditions of `{name}.json`: {data['conditions']}.\n\n" + source(name, data)
+        for name, data in files.items()
+    ]
+    return table(headers, rows) + "\n\n" + "\n\n".join(notes)
 
 
 def generate(name: str) -> str:

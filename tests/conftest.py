@@ -16,7 +16,7 @@ torch.set_num_threads(1)
 # Selenium, transformers, a wheel build, a tmpfs mount (CI runs as root) are all installed
 # by `make test`, so a skip for want of one of them is a broken CI machine, not a pass.
 CI_ALLOWED_SKIPS = {
-    # tests/test_translate.py: `--device cuda:7` must fail as "no such device", which can
+    # tests/unit/test_translate.py: `--device cuda:7` must fail as "no such device", which can
     # only be checked where CUDA is absent. CI's torch is the CPU wheel (Makefile), so
     # there it runs; a CI=true run on a GPU machine skips it.
     "a CUDA device exists here": "needs a machine without CUDA",

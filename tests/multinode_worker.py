@@ -1,4 +1,4 @@
-"""torchrun's program in tests/test_multinode.py: `aiayn train ...`, where a rank may die.
+"""torchrun's program in tests/e2e/test_multinode.py: `aiayn train ...`, where a rank may die.
 
 Environment (all optional):
     AIAYN_TEST_KILL_RANK, AIAYN_TEST_KILL_AFTER_STEP: in the first attempt only

@@ -1,6 +1,6 @@
 """The decoder-only model (GPT's shape): causal, cached = uncached, searchable, saved and loaded.
 
-Its agreement with Hugging Face's GPT-2 is in tests/test_hf_models.py.
+Its agreement with Hugging Face's GPT-2 is in tests/parity/test_hf_models.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The encoder-only model (BERT's shape): padding, token types, attention maps, save and load.
 
-Its agreement with Hugging Face's BERT is in tests/test_hf_models.py.
+Its agreement with Hugging Face's BERT is in tests/parity/test_hf_models.py.
 """
 
 from __future__ import annotations

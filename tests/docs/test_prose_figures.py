@@ -1,6 +1,6 @@
 """Every measured figure in README's prose comes from a results file (issue 34, item 3).
 
-README's tables are rendered by `benchmarks/report.py` (`tests/test_readme_figures.py`);
+README's tables are rendered by `benchmarks/report.py` (`tests/docs/test_readme_figures.py`);
 this file covers the rest: prose, and tables written by hand. A number with a unit
 (ms, s, BLEU, x, %, GFLOP/s, MiB, tok/s, ...) outside the rendered blocks and the
 code blocks passes only
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 
 NUMBER = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"

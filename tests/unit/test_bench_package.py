@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MODULES = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py") if p.stem != "__init__")
 
 
@@ -95,8 +95,9 @@ def test_report_write_changes_nothing_under_src(monkeypatch, tmp_path):
 
 
 def test_the_release_step_writes_the_reference_from_the_results(monkeypatch, tmp_path, capsys):
-    from benchmarks import release, report
     from test_quickstart_reference import run_results, write
+
+    from benchmarks import release, report
 
     results, packaged = tmp_path / "results", tmp_path / "quickstart-reference.json"
     results.mkdir()

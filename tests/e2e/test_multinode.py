@@ -34,7 +34,7 @@ from safetensors.torch import load_file
 from aiayn.training import distributed
 from train_helpers import RECIPE, make_corpus
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]  # tests/, where the worker script is
 SRC = TESTS.parent / "src"
 LAUNCH_TIMEOUT = 180  # seconds for a whole launch (both nodes), restart included
 STEPS, KILL_AFTER = 10, 5  # tiny-test.yaml checkpoints every 5 updates

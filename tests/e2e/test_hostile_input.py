@@ -2,7 +2,7 @@
 UTF-8 in arguments, devices that cannot run the model, pruning every model shape,
 malformed Hugging Face directories, degenerate shortlists.
 
-Every case is checked against the same contract as tests/test_bad_input.py: exit 1
+Every case is checked against the same contract as tests/e2e/test_bad_input.py: exit 1
 (2 where typer refuses an option itself), no traceback, one error line that names
 the culprit (the option or field, never a word the temporary paths could hold), and
 nothing written.

@@ -8,6 +8,7 @@ import functools
 import pytest
 import torch
 import torch.nn.functional as F
+from test_marian import SHAPES, build_marian_directory
 
 import aiayn.inference.frozen
 from aiayn import ModelConfig, Transformer, freeze
@@ -18,7 +19,6 @@ from aiayn.io.marian import load_marian_model
 from aiayn.nn.attention import LayerKV, MultiHeadAttention
 from aiayn.nn.masks import key_mask
 from aiayn.training.optim import build_optimizer
-from test_marian import SHAPES, build_marian_directory
 
 EOS, PAD = 2, 0
 

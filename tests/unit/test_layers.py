@@ -15,7 +15,7 @@ import grimp
 import pytest
 import tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _graph() -> grimp.ImportGraph:

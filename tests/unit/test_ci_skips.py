@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-CONFTEST = Path(__file__).with_name("conftest.py")
+CONFTEST = Path(__file__).resolve().parents[1] / "conftest.py"
 
 # One test for each way a test can pass without running, and one allowlisted skip.
 SKIPPING = """
@@ -135,7 +135,7 @@ def test_a_module_skipped_at_collection_skips_outside_ci_and_fails_under_it(tmp_
 
 
 def test_every_allowed_skip_says_why():
-    # tests/conftest.py by its path: `import conftest` may find tests/data/conftest.py
+    # tests/conftest.py by its path: `import conftest` may find tests/unit/data/conftest.py
     spec = importlib.util.spec_from_file_location("tests_conftest", CONFTEST)
     conftest = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(conftest)

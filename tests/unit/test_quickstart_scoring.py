@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from test_quickstart_reference import run_results, write
 from typer.testing import CliRunner
 
 import aiayn.apps.quickstart
@@ -17,7 +18,6 @@ from aiayn.apps.quickstart import QuickstartConfig, Scoring, evaluated_weights, 
 from aiayn.cli import app
 from aiayn.io.checkpoint import step_checkpoints
 from benchmarks import report as bench_report
-from test_quickstart_reference import run_results, write
 from train_helpers import RECIPE, make_corpus
 
 runner = CliRunner()

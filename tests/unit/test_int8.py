@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from test_inference import copy_trained_model, sources
 from typer.testing import CliRunner
 
 import aiayn.inference.frozen
@@ -19,7 +20,6 @@ from aiayn.data.tokenizer import SentencePieceTokenizer
 from aiayn.inference.frozen import FrozenLinear, Int8Linear
 from aiayn.inference.search import greedy_search
 from infer_helpers import make_run
-from test_inference import copy_trained_model, sources
 
 pytestmark = pytest.mark.skipif(
     not {"fbgemm", "onednn"} & set(torch.backends.quantized.supported_engines),

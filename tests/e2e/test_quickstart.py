@@ -17,7 +17,7 @@ from aiayn.data.corpus import PreparedCorpus
 from aiayn.files import read_lines
 
 runner = CliRunner()
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SWORD = Path("/usr/share/sword/modules/texts/ztext")
 needs_sword = pytest.mark.skipif(
     not all((SWORD / m).is_dir() for m in ("engWEB2015eb", "spaRV1909eb")),

@@ -23,15 +23,15 @@ from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+from test_quickstart import needs_sword
 from typer.testing import CliRunner
 
 import aiayn
 from aiayn.cli import app
 from aiayn.configs import find_recipe, recipes_dir
-from test_quickstart import needs_sword
 from train_helpers import make_corpus
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 240  # seconds, for each command
 
 

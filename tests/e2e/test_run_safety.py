@@ -437,7 +437,7 @@ def test_under_torchrun_rank_0_holds_the_lock_and_a_refusal_ends_every_rank(corp
     assert f"run {run} is in use by another trainer (process {os.getpid()})" in done.stderr
     assert f"rank 0 could not start the run {run}" in done.stderr
     assert latest_checkpoint(run) is None and not (run / "config.yaml").exists()
-    # (two ranks training under one lock: tests/test_distributed.py)
+    # (two ranks training under one lock: tests/e2e/test_distributed.py)
 
 
 @pytest.mark.slow

@@ -382,7 +382,7 @@ def test_readme_example_scheme_trains_decodes_with_a_cache_and_freezes(scratch_r
 
     from aiayn import ModelConfig, Transformer, freeze
 
-    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
     (code,) = re.findall(
         r"```python\n(# src/aiayn/nn/positions/previous_token.py\n.*?)```", readme, re.S
     )
