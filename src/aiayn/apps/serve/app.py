@@ -81,7 +81,7 @@ def create_app(translator: Translator, settings: ServeConfig, source: Path) -> F
     The inference thread starts with the app's lifespan and, on shutdown, decodes
     what is queued before it stops.
     """
-    engine = TranslationEngine(translator, settings.threads, settings.max_tokens)
+    engine = TranslationEngine(translator, settings.threads)
     metrics = ServerMetrics(queue_depth=lambda: batcher.depth())
     batcher = Batcher(
         engine.run_batch,
@@ -128,7 +128,7 @@ def create_app(translator: Translator, settings: ServeConfig, source: Path) -> F
             decode = translator.decode_config(**{k: v for k, v in given.items() if v is not None})
         except ValueError as err:
             raise HTTPException(422, str(err)) from None
-        ids = translator.encode(texts)
+        ids = translator.encode(texts)  # the only tokenizing: the batch searches these ids
         tokens = sum(len(row) for row in ids)
         if tokens > settings.max_request_tokens:
             raise HTTPException(
