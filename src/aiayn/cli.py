@@ -1210,6 +1210,9 @@ def serve(
     deadline: Annotated[
         float, typer.Option(help="Seconds a request may take, queueing included (504 after).")
     ] = 30.0,
+    body_timeout: Annotated[
+        float, typer.Option(help="Seconds a request's body may take to arrive (408 after).")
+    ] = 30.0,
     threads: Annotated[int, typer.Option(help="torch threads of the inference thread.")] = 1,
     access_log: Annotated[bool, typer.Option(help="Log every request.")] = True,
     device: DeviceOpt = "cpu",
@@ -1237,6 +1240,7 @@ def serve(
             max_request_tokens=max_request_tokens,
             max_beam=max_beam,
             deadline_s=deadline,
+            body_timeout_s=body_timeout,
             threads=threads,
         )
         _check_device(device)

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 import aiayn.apps.serve.engine
+import aiayn.apps.translate
 from aiayn.apps.serve import ServeConfig, create_app
 from aiayn.apps.serve.batcher import (
     Batcher,
@@ -191,7 +192,7 @@ def translator(run: Path) -> Translator:
 def test_batched_translations_equal_one_at_a_time(translator: Translator) -> None:
     texts = sentences(12, seed=3)
     decode = translator.decode_config(beam=3, extra_len=6)
-    engine = TranslationEngine(translator, threads=1, max_tokens=64)
+    engine = TranslationEngine(translator, threads=1)
     sizes: list[int] = []
     limits = BatchLimits(max_tokens=64, max_wait=0.0)
     batcher = Batcher(engine.run_batch, limits, on_batch=sizes.append)
@@ -345,3 +346,80 @@ def test_cli_serve_bad_settings_are_one_line(run: Path, tmp_path: Path) -> None:
     ]
     missing = runner.invoke(cli, ["serve", str(tmp_path / "nope")])
     assert missing.exit_code == 1 and "nope" in missing.output
+
+
+# ----- issue 28: each sentence tokenised once, each batch sorted once ---------------------
+
+
+class CountingTokenizer:
+    """A tokenizer that records every sentence it is asked to encode."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner, self.encoded = inner, []
+
+    def encode(self, text: str) -> list[int]:
+        self.encoded.append(text)
+        return self.inner.encode(text)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        self.encoded += texts
+        return self.inner.encode_batch(texts)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+def test_the_server_encodes_each_sentence_once_and_searches_the_batchers_batches(
+    translator: Translator, run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    texts = sentences(8, seed=13)
+    expected = translator.translate(texts, beam=2)
+    assert len(set(expected)) >= 4, expected  # a constant model would pass the test below
+    ids = translator.encode(texts)
+    counting = CountingTokenizer(translator.tokenizer)
+    monkeypatch.setattr(translator, "tokenizer", counting)
+    searched: list[list[list[int]]] = []  # the rows of each search, as the search got them
+    search = aiayn.apps.translate.search
+
+    def recording_search(model, src, config):
+        pad = translator.model.cfg.pad_id
+        searched.append([[t for t in row if t != pad] for row in src.tolist()])
+        return search(model, src, config)
+
+    monkeypatch.setattr(aiayn.apps.translate, "search", recording_search)
+    settings = ServeConfig(max_wait_ms=300)  # long enough for all eight to arrive
+    with TestClient(create_app(translator, settings, run)) as client:
+        answers: dict[int, str] = {}
+
+        def ask(i: int) -> None:
+            reply = client.post("/v1/translate", json={"text": texts[i], "beam": 2})
+            answers[i] = reply.json()["translations"][0]["translation"]
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(texts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        blank = client.post("/v1/translate", json={"text": ["  ", texts[0]], "beam": 2}).json()
+    assert [answers[i] for i in range(len(texts))] == expected
+    assert [t["translation"] for t in blank["translations"]] == ["", expected[0]]
+    assert sorted(counting.encoded) == sorted([*texts, texts[0]])  # each once; blanks never
+    assert len(searched) < len(texts) + 1  # some requests shared a search
+    for rows in searched:  # longest first, as the batcher sorted them
+        assert [len(r) for r in rows] == sorted((len(r) for r in rows), reverse=True)
+    assert sorted(tuple(row) for rows in searched for row in rows) == sorted(
+        tuple(row) for row in [*ids, ids[0]]
+    )
+
+
+def test_translate_ids_as_one_batch_equals_translate_nbest(translator: Translator) -> None:
+    texts = [*sentences(6, seed=17), " "]
+    decode = translator.decode_config(beam=3, nbest=2)
+    rows = translator.encode(texts)
+    assert rows[-1] == [translator.model.cfg.eos_id]  # the blank one: nothing to translate
+    as_one = translator.translate_ids(rows, decode, max_tokens=None)
+    by_length = translator.translate_nbest(texts, decode, max_tokens=16)
+    assert [[c.text for c in n] for n in as_one] == [[c.text for c in n] for n in by_length]
+    assert as_one[-1] == [] and all(len(n) == 2 for n in as_one[:-1])
+    with pytest.raises(ValueError, match="max_tokens must be >= 1"):
+        translator.translate_ids(rows, decode, max_tokens=0)

@@ -18,9 +18,11 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
+from typer.testing import CliRunner
 
 from aiayn.apps.serve import ServeConfig, create_app
 from aiayn.apps.translate import Translator
+from aiayn.cli import app as cli
 from infer_helpers import make_run, sentences
 
 
@@ -229,3 +231,144 @@ def test_sigterm_answers_the_requests_in_flight_then_exits_0(run: Path) -> None:
         assert server.process.wait(timeout=30) == 0
     finally:
         server.stop()
+
+
+# ----- issue 34: every request gets a JSON 4xx or a 2xx -------------------------------
+
+
+def post_raw(server: Server, body: bytes) -> httpx.Response:
+    """POST `body` as it is (JSON escapes stay escapes: httpx would encode a str)."""
+    headers = {"content-type": "application/json"}
+    return httpx.post(f"{server.url}/v1/translate", content=body, headers=headers, timeout=30)
+
+
+def http_exchange(port: int, head: bytes, wait_s: float) -> tuple[bytes, bool]:
+    """Send `head` on a fresh connection; what came back within `wait_s`, and whether
+    the server closed the connection by then."""
+    received, closed = b"", False
+    with socket.create_connection(("127.0.0.1", port)) as conn:
+        conn.sendall(head)
+        limit = time.monotonic() + wait_s
+        while time.monotonic() < limit:
+            conn.settimeout(max(limit - time.monotonic(), 0.01))
+            try:
+                chunk = conn.recv(65536)
+            except TimeoutError:
+                break
+            if not chunk:
+                closed = True
+                break
+            received += chunk
+    return received, closed
+
+
+def status_of(server: Server, status: int) -> float:
+    return server.metric(f'aiayn_requests_total{{status="{status}"}}')
+
+
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        (rb'{"text": "\ud800 house"}', "text: a lone surrogate (U+D800) at character 1"),
+        (rb'{"text": ["house.", "tree \udfff"]}', "text (sentence 2): a lone surrogate (U+DFFF)"),
+    ],
+    ids=["one", "list"],
+)
+def test_a_lone_surrogate_is_a_json_422_naming_the_field(
+    server: Server, body: bytes, words: str
+) -> None:
+    reply = post_raw(server, body)
+    assert reply.status_code == 422
+    assert reply.headers["content-type"] == "application/json"
+    assert reply.json()["status"] == 422 and words in reply.json()["error"]
+    assert httpx.get(f"{server.url}/health", timeout=10).status_code == 200
+    # the pair it belongs in is text, and is translated
+    assert post_raw(server, rb'{"text": "\ud83c\udfe0 house"}').status_code == 200
+
+
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        (rb'{"text": "house.", "alpha": 1e308}', "alpha"),  # the length penalty overflows
+        (rb'{"text": "house.", "alpha": 1e400}', "alpha"),  # inf, as Python's json reads it
+        (rb'{"text": "house.", "alpha": Infinity}', "alpha"),
+        (rb'{"text": "house.", "alpha": NaN}', "alpha"),
+        (rb'{"text": "house.", "alpha": 10.5}', "alpha"),
+        (rb'{"text": "house.", "alpha": -1e308}', "alpha"),
+        (rb'{"text": "house.", "beam": 100000000000000000000000000000}', "beam"),
+        (rb'{"text": "house.", "beam": -3}', "beam"),
+        (rb'{"text": "house.", "beam": 2.5}', "beam"),
+    ],
+)
+def test_out_of_range_numbers_get_a_json_422_naming_the_field(
+    server: Server, body: bytes, words: str
+) -> None:
+    reply = post_raw(server, body)
+    assert reply.status_code == 422, reply.text
+    assert reply.headers["content-type"] == "application/json"
+    assert reply.json()["status"] == 422 and words in reply.json()["error"]
+    assert translate(server, {"text": "house.", "alpha": 10.0}).status_code == 200
+
+
+def test_a_fault_inside_the_server_is_still_a_json_error(
+    server: Server, translator: Translator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: object, **kwargs: object) -> list[list[int]]:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(translator, "encode", broken)
+    reply = translate(server, {"text": "house."})
+    assert reply.status_code == 500
+    assert reply.headers["content-type"] == "application/json"
+    assert reply.json() == {"error": "internal error: RuntimeError", "status": 500}
+    monkeypatch.undo()
+    assert translate(server, {"text": "house."}).status_code == 200
+
+
+def test_a_body_that_never_finishes_gets_408_and_the_server_stays_healthy(
+    translator: Translator, run: Path
+) -> None:
+    server = ThreadServer(translator, run, ServeConfig(body_timeout_s=0.5))
+    try:
+        head = (
+            b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 100\r\n\r\n{"text": "ho'  # 12 of the 100 bytes, then nothing
+        )
+        started = time.monotonic()
+        received, closed = http_exchange(server.port, head, wait_s=10)
+        assert received.startswith(b"HTTP/1.1 408 "), received
+        assert time.monotonic() - started < 5  # the body timeout, not the wait above
+        answer = json.loads(received.split(b"\r\n\r\n", 1)[1])
+        assert answer["status"] == 408 and "body_timeout_s" in answer["error"]
+        assert closed
+        assert httpx.get(f"{server.url}/health", timeout=10).status_code == 200
+        assert translate(server, {"text": "house."}).status_code == 200
+        assert status_of(server, 408) == 1
+    finally:
+        server.stop()
+
+
+def test_an_abandoned_upload_counts_as_499_not_400(server: Server) -> None:
+    before = {status: status_of(server, status) for status in (400, 499)}
+    head = (
+        b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b'Content-Length: 100\r\n\r\n{"text": "ho'
+    )
+    with socket.create_connection(("127.0.0.1", server.port)) as conn:
+        conn.sendall(head)
+        time.sleep(0.2)  # the server starts reading the body, then the client leaves
+    limit = time.monotonic() + 10
+    while status_of(server, 499) == before[499] and time.monotonic() < limit:
+        time.sleep(0.02)
+    assert status_of(server, 499) == before[499] + 1
+    assert status_of(server, 400) == before[400]
+    assert translate(server, {"text": "house."}).status_code == 200
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-1", "86401"])
+def test_cli_refuses_a_body_timeout_out_of_range_in_one_line(run: Path, value: str) -> None:
+    result = CliRunner().invoke(cli, ["serve", str(run), "--body-timeout", value])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        f"aiayn: error: body_timeout_s must lie in (0, 86400] seconds, got {float(value)}"
+    ]

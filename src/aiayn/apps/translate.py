@@ -14,6 +14,12 @@ Sentences are encoded, sorted by length and cut into batches of at most
 order. An empty (or blank) sentence gives an empty translation without running
 the model. A source longer than the model's `max_len` is truncated to fit, with
 a warning naming the sentence.
+
+A caller that has encoded the sentences already (the server, which counts their
+tokens to batch them) hands over the ids instead, and may batch them itself:
+
+    rows = translator.encode(["A house.", "A tree."])
+    translator.translate_ids(rows, max_tokens=None)      # one batch, in this order
 """
 
 from __future__ import annotations
@@ -288,20 +294,48 @@ class Translator:
     ) -> list[list[Translation]]:
         """Up to `config.nbest` translations per sentence, best first, in input order.
 
-        An empty sentence gets an empty list. `config` defaults to the translator's.
+        An empty (or blank) sentence gets an empty list. `config` defaults to the
+        translator's. `translate_ids` of the sentences' `encode`.
+        """
+        return self.translate_ids(self.encode(sentences), config, max_tokens, progress)
+
+    def translate_ids(
+        self,
+        rows: Sequence[Sequence[int]],
+        config: DecodeConfig | None = None,
+        max_tokens: int | None = 4096,
+        progress: bool = False,
+    ) -> list[list[Translation]]:
+        """Up to `config.nbest` translations per encoded sentence, best first, in input order.
+
+        Args:
+            rows: source ids per sentence, eos last, as `encode` gives them. A row with
+                no source token (eos alone: a blank sentence) gets an empty list,
+                without running the model.
+            config: how to search; default: the translator's.
+            max_tokens: source tokens per batch, padding included: the rows are sorted
+                by length and cut into batches that fit. None: the rows are one batch
+                already (the caller batched them, as the server's batcher does),
+                searched at once in the order given.
+            progress: show a progress bar on stderr.
+
+        Raises:
+            ValueError: if `max_tokens` is below 1.
         """
         config = config or self.decode
-        if max_tokens < 1:
+        if max_tokens is not None and max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
-        results: list[list[Translation]] = [[] for _ in sentences]
-        work = [i for i, s in enumerate(sentences) if s.strip()]
-        ids = dict(zip(work, self.encode([sentences[i] for i in work], work), strict=True))
-        with tqdm(
-            total=len(sentences), disable=not progress, unit="sent", dynamic_ncols=True
-        ) as bar:
-            bar.update(len(sentences) - len(work))
-            for batch in _batches_by_tokens(work, ids, max_tokens):
-                src = self.to_batch([ids[i] for i in batch])
+        eos = self.model.cfg.eos_id
+        results: list[list[Translation]] = [[] for _ in rows]
+        work = [i for i, row in enumerate(rows) if any(t != eos for t in row)]
+        if max_tokens is None:
+            batches = [work] if work else []
+        else:
+            batches = list(_batches_by_tokens(work, rows, max_tokens))
+        with tqdm(total=len(rows), disable=not progress, unit="sent", dynamic_ncols=True) as bar:
+            bar.update(len(rows) - len(work))
+            for batch in batches:
+                src = self.to_batch([rows[i] for i in batch])
                 for i, hyps in zip(batch, search(self.engine, src, config), strict=True):
                     results[i] = [Translation(self.tokenizer.decode(h.tokens), h) for h in hyps]
                 bar.update(len(batch))
@@ -310,13 +344,17 @@ class Translator:
     def encode(self, texts: Sequence[str], indices: Sequence[int] | None = None) -> list[list[int]]:
         """Subword ids + eos per sentence, truncated (with a warning) to the model's max_len.
 
+        A blank sentence gives eos alone (nothing to translate: `translate_ids` skips
+        it), without asking the tokenizer what it makes of whitespace.
+
         Args:
             texts: source sentences.
             indices: their 0-based positions in the input, for the warning
                 (default: 0, 1, ...).
         """
         limit = self.model.cfg.max_len - 1  # room for eos
-        encoded = self.tokenizer.encode_batch(texts)
+        pieces = iter(self.tokenizer.encode_batch([t for t in texts if t.strip()]))
+        encoded = [next(pieces) if t.strip() else [] for t in texts]
         numbers = range(len(texts)) if indices is None else indices
         for row, number in zip(encoded, numbers, strict=True):
             if len(row) > limit:
@@ -342,7 +380,7 @@ class Translator:
 
 
 def _batches_by_tokens(
-    order: list[int], ids: dict[int, list[int]], max_tokens: int
+    order: list[int], ids: Sequence[Sequence[int]], max_tokens: int
 ) -> Iterator[list[int]]:
     """Sentence indices grouped, longest first, so that rows x longest <= max_tokens.
 

@@ -14,11 +14,13 @@ model information, metrics, and the attention explorer's page.
     GET /               the explorer (aiayn.apps.explorer.STATIC_DIR), when installed
 
 Every error is JSON, {"error": "what went wrong", "status": 4xx}, validation errors
-with their "details": 413 for a body, request or sentence count over the limits;
-422 for a malformed body (bad JSON or UTF-8, a wrong type, an unknown field, beam 0);
-429 with Retry-After when the queue is full; 499 (logged only) when the client went
-away before its answer; 501 for attention without the explorer; 503 while stopping;
-504 when the request's deadline passed.
+with their "details": 400 for a body that is not UTF-8; 408 for a body not received
+within `body_timeout_s`; 413 for a body, request or sentence count over the limits;
+422 for a malformed body (bad JSON, a wrong type, an unknown field, beam 0, a lone
+surrogate in a sentence); 429 with Retry-After when the queue is full; 499 (logged
+only) when the client went away before its answer or before sending its whole body;
+501 for attention without the explorer; 503 while stopping; 504 when the request's
+deadline passed.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ def create_app(translator: Translator, settings: ServeConfig, source: Path) -> F
     The inference thread starts with the app's lifespan and, on shutdown, decodes
     what is queued before it stops.
     """
-    engine = TranslationEngine(translator, settings.threads, settings.max_tokens)
+    engine = TranslationEngine(translator, settings.threads)
     metrics = ServerMetrics(queue_depth=lambda: batcher.depth())
     batcher = Batcher(
         engine.run_batch,
@@ -101,9 +103,15 @@ def create_app(translator: Translator, settings: ServeConfig, source: Path) -> F
         summary="Translation with dynamic batching.",
         lifespan=lifespan,
     )
-    app.add_middleware(_Guard, metrics=metrics, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        _Guard,
+        metrics=metrics,
+        max_body_bytes=settings.max_body_bytes,
+        body_timeout_s=settings.body_timeout_s,
+    )
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(Exception, _unexpected_error)
 
     @app.post(TRANSLATE_PATH, response_model=TranslateResponse, response_model_exclude_none=True)
     async def translate(body: TranslateRequest, request: Request) -> dict[str, Any]:
@@ -120,7 +128,7 @@ def create_app(translator: Translator, settings: ServeConfig, source: Path) -> F
             decode = translator.decode_config(**{k: v for k, v in given.items() if v is not None})
         except ValueError as err:
             raise HTTPException(422, str(err)) from None
-        ids = translator.encode(texts)
+        ids = translator.encode(texts)  # the only tokenizing: the batch searches these ids
         tokens = sum(len(row) for row in ids)
         if tokens > settings.max_request_tokens:
             raise HTTPException(
@@ -171,6 +179,15 @@ def _limits(settings: ServeConfig) -> dict[str, Any]:
 def _check_limits(texts: list[str], body: TranslateRequest, settings: ServeConfig) -> None:
     if not texts:
         raise HTTPException(422, "text: give at least one sentence")
+    for number, text in enumerate(texts, 1):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:  # an unpaired JSON escape: no tokenizer takes it
+            which = f" (sentence {number})" if isinstance(body.text, list) else ""
+            raise HTTPException(
+                422, f"text{which}: a lone surrogate (U+{ord(text[err.start]):04X}) at character "
+                f"{err.start + 1} is not Unicode text; pair it or leave it out",
+            ) from None  # fmt: skip
     if len(texts) > settings.max_sentences:
         raise HTTPException(
             413, f"text: {len(texts)} sentences; at most {settings.max_sentences} are taken "
@@ -231,6 +248,12 @@ async def _http_error(request: Request, err: Exception) -> JSONResponse:
     return _error(err.status_code, f"{err.detail}{reason}", err.headers)
 
 
+async def _unexpected_error(request: Request, err: Exception) -> JSONResponse:
+    """A fault of the server's own, answered as JSON like any error (and logged with its
+    traceback by uvicorn, to which Starlette raises it again)."""
+    return _error(500, f"internal error: {type(err).__name__}")
+
+
 async def _validation_error(request: Request, err: Exception) -> JSONResponse:
     """422 naming each bad field; the offending input is not echoed (it may be huge)."""
     assert isinstance(err, RequestValidationError)
@@ -249,11 +272,16 @@ async def _validation_error(request: Request, err: Exception) -> JSONResponse:
 class _Guard:
     """ASGI middleware around the app: counts /v1/translate requests by status and
     latency, and refuses a body over `max_body_bytes` (413, in JSON): at once when its
-    declared length says so, else once that many bytes have come.
+    declared length says so, else once that many bytes have come. A body not whole
+    `body_timeout_s` after the request came gets 408; a client that leaves before
+    sending it all is counted as 499, not as a malformed body.
     """
 
-    def __init__(self, app: ASGIApp, metrics: ServerMetrics, max_body_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, metrics: ServerMetrics, max_body_bytes: int, body_timeout_s: float
+    ) -> None:
         self.app, self.metrics, self.max_body_bytes = app, metrics, max_body_bytes
+        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -267,13 +295,26 @@ class _Guard:
                 status = message["status"]
             await send(message)
 
-        received = 0
+        received, body_done = 0, False
 
         async def receive_limited() -> Message:
-            nonlocal received
-            message = await receive()
+            # An HTTPException raised here is answered by the route (FastAPI re-raises it).
+            nonlocal received, body_done
+            if body_done:  # after the body, only a disconnect comes
+                return await receive()
+            remaining = start + self.body_timeout_s - time.monotonic()
+            try:
+                message = await asyncio.wait_for(receive(), max(remaining, 0))
+            except TimeoutError:
+                raise HTTPException(
+                    408, f"the request body did not arrive within {self.body_timeout_s:g} s "
+                    "(body_timeout_s)", {"Connection": "close"},
+                ) from None  # fmt: skip
+            if message["type"] == "http.disconnect":
+                raise HTTPException(CLIENT_CLOSED, "the client left before sending its body")
+            body_done = not message.get("more_body", False)
             received += len(message.get("body", b""))
-            if received > self.max_body_bytes:  # the route answers it (FastAPI re-raises)
+            if received > self.max_body_bytes:
                 raise HTTPException(413, self._too_large(f"more than {self.max_body_bytes}"))
             return message
 

@@ -44,15 +44,16 @@ def attention_payload_function():
 class TranslationEngine:
     """A `Translator` behind the batcher: one batched search per batch.
 
+    The batch is searched as the batcher made it: its sentences' ids (encoded once,
+    when the request came) in its order, within its token budget.
+
     Args:
         translator: the model; used only from the inference thread once serving.
         threads: torch's intra-op threads, set by `start_thread` on that thread.
-        max_tokens: the batch budget (a batch from the batcher fits it, so
-            `Translator.translate_nbest` searches it in one go).
     """
 
-    def __init__(self, translator: Translator, threads: int, max_tokens: int) -> None:
-        self.translator, self.threads, self.max_tokens = translator, threads, max_tokens
+    def __init__(self, translator: Translator, threads: int) -> None:
+        self.translator, self.threads = translator, threads
         self.attention_payload = attention_payload_function()
 
     def start_thread(self) -> None:
@@ -61,7 +62,8 @@ class TranslationEngine:
     def run_batch(self, options: Options, sentences: list[Sentence]) -> list[dict[str, Any]]:
         """{"translation": text} per sentence (and "attention": the explorer's payload)."""
         texts = [s.text for s in sentences]
-        nbest = self.translator.translate_nbest(texts, options.decode, self.max_tokens)
+        rows = [s.ids for s in sentences]
+        nbest = self.translator.translate_ids(rows, options.decode, max_tokens=None)
         results = [{"translation": c[0].text if c else ""} for c in nbest]
         if options.attention:
             if self.attention_payload is None:

@@ -29,6 +29,10 @@ class ServeConfig:
         max_beam: the widest beam a request may ask for (422 above).
         deadline_s: seconds a request may take, queueing included (504 after), at
             most `MAX_DEADLINE_S`.
+        body_timeout_s: seconds a request's body may take to arrive, counted from the
+            request's start (408 after, and the connection is closed): a client that
+            sends part of its body and stalls holds no connection longer. At most
+            `MAX_DEADLINE_S`.
         threads: torch's intra-op threads for the inference thread (at most the
             machine's cores).
     """
@@ -42,6 +46,7 @@ class ServeConfig:
     max_request_tokens: int = 4096
     max_beam: int = 16
     deadline_s: float = 30.0
+    body_timeout_s: float = 30.0
     threads: int = 1
 
     def __post_init__(self) -> None:
@@ -52,10 +57,11 @@ class ServeConfig:
         for name in positive.split():
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not 0 < self.deadline_s <= MAX_DEADLINE_S:  # nan too
-            raise ValueError(
-                f"deadline_s must lie in (0, {MAX_DEADLINE_S:g}] seconds, got {self.deadline_s}"
-            )
+        for name in ("deadline_s", "body_timeout_s"):
+            if not 0 < getattr(self, name) <= MAX_DEADLINE_S:  # nan too
+                raise ValueError(
+                    f"{name} must lie in (0, {MAX_DEADLINE_S:g}] seconds, got {getattr(self, name)}"
+                )
         if not 0 <= self.max_wait_ms <= 1000 * MAX_DEADLINE_S:
             raise ValueError(
                 f"max_wait_ms must lie in [0, {1000 * MAX_DEADLINE_S:.0f}], got {self.max_wait_ms}"
