@@ -231,7 +231,7 @@ def test_encoder_layer_is_layernorm_of_x_plus_sublayer_x():
     expected = layer.ff_residual.norm(
         h + layer.feed_forward.linear2(torch.relu(layer.feed_forward.linear1(h)))
     )
-    out, _ = layer(x, None)
+    out = layer(x, None)
     torch.testing.assert_close(out, expected)
 
 

@@ -50,7 +50,7 @@ class ToyLanguageModel(nn.Module):
         )
         for i, layer in enumerate(self.layers):
             store = None if cache is None else cache.self_attention[i]
-            x, _, _ = layer(x, self_cache=store, rotary=rotary, bias=bias)
+            x = layer(x, self_cache=store, rotary=rotary, bias=bias)
         return x @ self.embedding.tokens.weight.T  # (B, T, V)
 
     def start(self, src: Tensor, beam: int = 1) -> LanguageModelDecoding:

@@ -129,7 +129,7 @@ class ShortlistedDecoding(EncoderDecoderDecoding):
         model, tgt = self.model, last[:, None]
         model._check_length(tgt, "target", self.cache.length)
         memory_mask = model.source_mask(self.encoded.real_tokens)
-        hidden, _, _ = model.decoder(tgt, self.encoded.hidden, memory_mask, self.cache)
+        hidden = model.decoder(tgt, self.encoded.hidden, memory_mask, self.cache)
         hidden = hidden[:, -1]  # (R, D)
         if hidden.dtype != self.weight_t.dtype:
             hidden = hidden.to(self.weight_t.dtype)

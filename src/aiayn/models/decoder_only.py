@@ -90,8 +90,7 @@ class DecoderOnly(PreSoftmaxProjection):
         """The last layer's states (after the final LayerNorm, if any): (B, T, D)."""
         offset = 0 if cache is None else cache.length
         check_ids(ids, "input", self.cfg.max_len, offset)
-        hidden, _, _ = self.decoder(ids, None, None, cache)
-        return hidden
+        return self.decoder(ids, None, None, cache)
 
     def output_embedding(self) -> nn.Embedding:
         """The token embedding: the output matrix when tied."""
@@ -110,8 +109,7 @@ class DecoderOnly(PreSoftmaxProjection):
         """Every layer's causal self-attention weights, (B, H, T, T), as `maps.decoder`
         (`encoder` and `cross` are empty), from the explicit attention path."""
         check_ids(ids, "input", self.cfg.max_len)
-        _, maps, _ = self.decoder(ids, None, None, need_weights=True)
-        return AttentionMaps(encoder=[], decoder=maps, cross=[])
+        return AttentionMaps.read(self, lambda: self.decoder(ids, None, None))
 
 
 class DecoderOnlyDecoding:

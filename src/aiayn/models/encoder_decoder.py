@@ -18,6 +18,7 @@ turns a trained one into the fast model that decoding runs.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -55,6 +56,31 @@ class AttentionMaps:
     encoder: list[Tensor]  # per layer (B, H, S, S)
     decoder: list[Tensor]  # per layer (B, H, T, T), causal
     cross: list[Tensor]  # per layer (B, H, T, S)
+
+    @classmethod
+    def read(cls, model: nn.Module, run: Callable[[], object]) -> AttentionMaps:
+        """The weights every attention sub-layer of `model` computes during `run()`, read
+        at its `hook_weights` (`aiayn.nn.hooks`), by kind and in layer order."""
+        found: dict[str, Tensor] = {}
+        sublayers = attention_sublayers(model)
+        names = {f"{name}.weights": module.hook_weights for name, module in sublayers.items()}
+
+        def keep(name: str) -> Callable[..., None]:
+            return lambda _module, _inputs, weights: found.__setitem__(name, weights)
+
+        handles = [point.register_forward_hook(keep(name)) for name, point in names.items()]
+        try:
+            run()
+        finally:
+            for handle in handles:
+                handle.remove()
+
+        def kind(stack: str, part: str) -> list[Tensor]:
+            return [
+                found[f"{n}.weights"] for n in sublayers if n.startswith(stack) and n.endswith(part)
+            ]
+
+        return cls(kind("encoder.", ".self"), kind("decoder.", ".self"), kind("decoder.", ".cross"))
 
 
 class Embedding(nn.Module):
@@ -205,22 +231,15 @@ class Encoder(nn.Module):
         self.final_norm = _final_norm(cfg)
 
     def forward(
-        self,
-        src: Tensor,
-        mask: Tensor | None,
-        need_weights: bool = False,
-        token_types: Tensor | None = None,
-    ) -> tuple[Tensor, list[Tensor]]:
+        self, src: Tensor, mask: Tensor | None, token_types: Tensor | None = None
+    ) -> Tensor:
         """src: (B, S) ids; mask: bool (B, 1, 1, S) or None; token_types: (B, S) or None.
-        Returns (B, S, D), per-layer weights."""
+        Returns (B, S, D)."""
         x = self.embedding(src, token_types=token_types)
         rotary, bias = attention_positions(self.embedding.positions, src.size(1), src.size(1))
-        all_weights = []
         for layer in self.layers:
-            x, weights = layer(x, mask, need_weights, rotary, bias)
-            if weights is not None:
-                all_weights.append(weights)
-        return self.final_norm(x), all_weights
+            x = layer(x, mask, rotary, bias)
+        return self.final_norm(x)
 
 
 class Decoder(nn.Module):
@@ -253,9 +272,8 @@ class Decoder(nn.Module):
         memory: Tensor | None,
         memory_mask: Tensor | None,
         cache: KVCache | None = None,
-        need_weights: bool = False,
         self_mask: Tensor | None = None,
-    ) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+    ) -> Tensor:
         """Decode target ids (only the new ones when a cache holds the prefix).
 
         Args:
@@ -263,32 +281,22 @@ class Decoder(nn.Module):
             memory: (B, S, D) encoder output (None without cross-attention).
             memory_mask: bool (B, 1, 1, S), True at real source tokens, or None.
             cache: the key/value stores, filled and extended in place.
-            need_weights: also return the attention weights.
             self_mask: the self-attention pattern, bool (B, 1, T, L + T), instead of
                 the causal one (see `DecoderLayer`); None: causal.
 
         Returns:
-            (B, T, D) states, per-layer self-attention and cross-attention weights
-            (the latter empty without cross-attention).
+            (B, T, D) states.
         """
         offset = 0 if cache is None else cache.length
         x = self.embedding(tgt, offset)
         t_len = tgt.size(1)
         rotary, bias = attention_positions(self.embedding.positions, t_len, offset + t_len)
-        self_maps, cross_maps = [], []
         for i, layer in enumerate(self.layers):
             self_cache = None if cache is None else cache.self_attention[i]
             has_cross = cache is not None and bool(cache.cross_attention)
             cross_cache = cache.cross_attention[i] if has_cross else None
-            x, self_weights, cross_weights = layer(
-                x, memory, memory_mask, self_cache, cross_cache, need_weights, rotary, bias,
-                self_mask,
-            )  # fmt: skip
-            if need_weights:
-                self_maps.append(self_weights)
-                if cross_weights is not None:
-                    cross_maps.append(cross_weights)
-        return self.final_norm(x), self_maps, cross_maps
+            x = layer(x, memory, memory_mask, self_cache, cross_cache, rotary, bias, self_mask)
+        return self.final_norm(x)
 
 
 class PreSoftmaxProjection(nn.Module):
@@ -399,7 +407,7 @@ class Transformer(PreSoftmaxProjection):
         """Run the encoder once: (B, S) ids to an `EncoderOutput`."""
         self._check_length(src, "source")
         real_tokens = padding_mask(src, self.cfg.pad_id)
-        hidden, _ = self.encoder(src, self.source_mask(real_tokens))
+        hidden = self.encoder(src, self.source_mask(real_tokens))
         return EncoderOutput(hidden, real_tokens)
 
     def decode(self, tgt: Tensor, encoded: EncoderOutput, cache: KVCache | None = None) -> Tensor:
@@ -416,7 +424,7 @@ class Transformer(PreSoftmaxProjection):
         offset = 0 if cache is None else cache.length
         self._check_length(tgt, "target", offset)
         memory_mask = self.source_mask(encoded.real_tokens)
-        hidden, _, _ = self.decoder(tgt, encoded.hidden, memory_mask, cache)
+        hidden = self.decoder(tgt, encoded.hidden, memory_mask, cache)
         return self.project(hidden)
 
     def output_embedding(self) -> nn.Embedding:
@@ -442,9 +450,7 @@ class Transformer(PreSoftmaxProjection):
         self._check_length(tgt_in, "target")
         real_tokens = padding_mask(src, self.cfg.pad_id)
         mask = key_mask(real_tokens)
-        hidden, encoder_maps = self.encoder(src, mask, need_weights=True)
-        _, decoder_maps, cross_maps = self.decoder(tgt_in, hidden, mask, need_weights=True)
-        return AttentionMaps(encoder_maps, decoder_maps, cross_maps)
+        return AttentionMaps.read(self, lambda: self.decoder(tgt_in, self.encoder(src, mask), mask))
 
     def _check_length(self, ids: Tensor, side: str, offset: int = 0) -> None:
         check_ids(ids, side, self.cfg.max_len, offset)

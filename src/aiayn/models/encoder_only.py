@@ -94,8 +94,7 @@ class EncoderOnly(PreSoftmaxProjection):
 
     def encode(self, ids: Tensor, token_types: Tensor | None = None) -> Tensor:
         """The encoder's output: (B, T, D) states (BERT's `last_hidden_state`)."""
-        hidden, _ = self._run(ids, token_types, need_weights=False)
-        return hidden
+        return self._run(ids, token_types)
 
     def output_embedding(self) -> nn.Embedding:
         """The token embedding: the output matrix (BERT's decoder) when tied."""
@@ -104,12 +103,9 @@ class EncoderOnly(PreSoftmaxProjection):
     def attention_maps(self, ids: Tensor, token_types: Tensor | None = None) -> AttentionMaps:
         """Every layer's self-attention weights, (B, H, T, T), as `maps.encoder`
         (`decoder` and `cross` are empty), from the explicit attention path."""
-        _, maps = self._run(ids, token_types, need_weights=True)
-        return AttentionMaps(encoder=maps, decoder=[], cross=[])
+        return AttentionMaps.read(self, lambda: self._run(ids, token_types))
 
-    def _run(
-        self, ids: Tensor, token_types: Tensor | None, need_weights: bool
-    ) -> tuple[Tensor, list[Tensor]]:
+    def _run(self, ids: Tensor, token_types: Tensor | None) -> Tensor:
         check_ids(ids, "input", self.cfg.max_len)
         if token_types is not None and token_types.shape != ids.shape:
             raise ValueError(
@@ -117,4 +113,4 @@ class EncoderOnly(PreSoftmaxProjection):
                 f"got {tuple(token_types.shape)}"
             )
         mask = key_mask(padding_mask(ids, self.cfg.pad_id))  # (B, 1, 1, T)
-        return self.encoder(ids, mask, need_weights, token_types)
+        return self.encoder(ids, mask, token_types)

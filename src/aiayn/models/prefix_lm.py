@@ -61,12 +61,10 @@ class PrefixLM(DecoderOnly):
         mask = None
         if offset == 0:  # later positions, one at a time, see everything before them
             mask = prefix_mask(self.prefix_lengths(ids), ids.size(1), ids.size(1))
-        hidden, _, _ = self.decoder(ids, None, None, cache, self_mask=mask)
-        return hidden
+        return self.decoder(ids, None, None, cache, self_mask=mask)
 
     def attention_maps(self, ids: Tensor) -> AttentionMaps:
         """Every layer's self-attention weights, (B, H, T, T), as `maps.decoder`."""
         check_ids(ids, "input", self.cfg.max_len)
         mask = prefix_mask(self.prefix_lengths(ids), ids.size(1), ids.size(1))
-        _, maps, _ = self.decoder(ids, None, None, need_weights=True, self_mask=mask)
-        return AttentionMaps(encoder=[], decoder=maps, cross=[])
+        return AttentionMaps.read(self, lambda: self.decoder(ids, None, None, self_mask=mask))

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from torch import Tensor, nn
 
+from aiayn.nn.hooks import HookPoint, hooked
 from aiayn.nn.kernels import FunctionKernel, Kernel
 from aiayn.nn.kernels.sdpa import SdpaKernel, attend
 from aiayn.nn.kv_cache import KVCache, LayerKV, expand_kv
@@ -150,6 +151,10 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, n_kv_heads * d_k, bias=bias)  # W^K
         self.v_proj = nn.Linear(d_model, n_kv_heads * d_v, bias=bias)  # W^V
         self.out_proj = nn.Linear(n_heads * d_v, d_model, bias=bias)  # W^O: (h d_v) x d_model
+        # where activations can be read or replaced (`aiayn.nn.hooks`)
+        self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
+        self.hook_weights = HookPoint()  # (B, H, T, S), from the kernel's explicit path
+        self.hook_z = HookPoint()  # each head's output before W^O, (B, H, T, Dv)
 
     def forward(
         self,
@@ -173,7 +178,8 @@ class MultiHeadAttention(nn.Module):
             cache: this sub-layer's store for incremental decoding: a static `LayerKV`
                 (encoder-decoder attention), or a growing store its kernel made
                 (`Kernel.new_cache`), which the kernel attends from.
-            need_weights: also return the (B, H, T, S) attention weights.
+            need_weights: also return the (B, H, T, S) attention weights (they are also
+                computed whenever `hook_weights` is listened to).
             rotary: a position scheme that rotates queries and keys (RoPE), applied
                 at the cache's offset.
             bias: float (H, T, S) or broadcastable, added to the scores.
@@ -186,6 +192,7 @@ class MultiHeadAttention(nn.Module):
         q = split_heads(self.q_proj(query), self.n_heads)  # (B, H, T, Dk)
         if rotary is not None:
             q = rotary.rotate(q, offset)
+        q = hooked(self.hook_q, q)
         if cache is not None and cache.static and cache.key is not None:
             k, v = cache.key, cache.value
         else:
@@ -193,6 +200,7 @@ class MultiHeadAttention(nn.Module):
             v = split_heads(self.v_proj(source), self.n_kv_heads)  # (B, Hkv, S, Dv)
             if rotary is not None:
                 k = rotary.rotate(k, offset)
+            k, v = hooked(self.hook_k, k), hooked(self.hook_v, v)
             if cache is not None and cache.static:
                 cache.key, cache.value = k, v
             elif cache is not None:  # the kernel keeps what it needs of this step
@@ -202,11 +210,21 @@ class MultiHeadAttention(nn.Module):
                 return self._output(out), weights
         k, v = expand_kv(k, v, self.kv_of_head)
         dropout_p = self.dropout if self.training else 0.0
-        out, weights = self.kernel(q, k, v, mask, causal, dropout_p, need_weights, bias)
+        hook_weights = self.hook_weights.listened()
+        out, weights = self.kernel(
+            q, k, v, mask, causal, dropout_p, need_weights or hook_weights, bias
+        )
+        if hook_weights and weights is not None:
+            hooked_weights = self.hook_weights(weights)
+            if hooked_weights is not weights:  # replaced: the output follows the new weights
+                groups = self.n_heads // v.size(1)
+                out = hooked_weights.to(v.dtype) @ v.repeat_interleave(groups, dim=1)
+            weights = hooked_weights if need_weights else None
         return self._output(out), weights
 
     def _output(self, out: Tensor) -> Tensor:
         """(B, H, T, Dv) heads -> (B, T, D): each head scaled by `head_mask`, then W^O."""
+        out = hooked(self.hook_z, out)
         if self.head_mask is not None:
             out = out * self.head_mask.to(out.dtype)[..., None, None]  # (B, H, T, Dv)
         return self.out_proj(merge_heads(out))  # (B, T, D)

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from aiayn.config import Activation
 from aiayn.nn.attention import LayerKV, MultiHeadAttention
 from aiayn.nn.dropout import Dropout
+from aiayn.nn.hooks import HookPoint, hooked
 
 if TYPE_CHECKING:
     from aiayn.nn.positions import PositionScheme
@@ -45,9 +46,10 @@ class FeedForward(nn.Module):
         self.linear2 = nn.Linear(d_ff, d_model)
         self.activation_kind = Activation(activation)
         self.activation = activation_function(self.activation_kind)
+        self.hook_hidden = HookPoint()  # (B, L, F): after the non-linearity
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.linear2(self.activation(self.linear1(x)))  # (B, L, F) inside
+        return self.linear2(hooked(self.hook_hidden, self.activation(self.linear1(x))))
 
 
 class Residual(nn.Module):
@@ -86,24 +88,25 @@ class EncoderLayer(nn.Module):
         self.feed_forward = feed_forward
         self.attn_residual = Residual(d_model, dropout, norm_first, eps)
         self.ff_residual = Residual(d_model, dropout, norm_first, eps)
+        # the residual stream entering, between the sub-layers, and leaving (`aiayn.nn.hooks`)
+        self.hook_resid_pre, self.hook_resid_mid = HookPoint(), HookPoint()
+        self.hook_resid_post = HookPoint()
 
     def forward(
         self,
         x: Tensor,
         mask: Tensor | None,
-        need_weights: bool = False,
         rotary: PositionScheme | None = None,
         bias: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor | None]:
+    ) -> Tensor:
         """x: (B, S, D); mask: bool (B, 1, 1, S); rotary, bias: the stack's positions (see
-        `MultiHeadAttention`). Returns (B, S, D) and the weights or None."""
+        `MultiHeadAttention`). Returns (B, S, D)."""
+        x = hooked(self.hook_resid_pre, x)
         h = self.attn_residual.sublayer_input(x)
-        out, weights = self.self_attn(
-            h, h, mask, need_weights=need_weights, rotary=rotary, bias=bias
-        )
-        x = self.attn_residual(x, out)
+        out, _ = self.self_attn(h, h, mask, rotary=rotary, bias=bias)
+        x = hooked(self.hook_resid_mid, self.attn_residual(x, out))
         x = self.ff_residual(x, self.feed_forward(self.ff_residual.sublayer_input(x)))
-        return x, weights
+        return hooked(self.hook_resid_post, x)
 
 
 class DecoderLayer(nn.Module):
@@ -134,6 +137,11 @@ class DecoderLayer(nn.Module):
             None if cross_attn is None else Residual(d_model, dropout, norm_first, eps)
         )
         self.ff_residual = Residual(d_model, dropout, norm_first, eps)
+        # the residual stream entering, after self-attention, after encoder-decoder
+        # attention (with it) and leaving (`aiayn.nn.hooks`)
+        self.hook_resid_pre, self.hook_resid_mid = HookPoint(), HookPoint()
+        self.hook_resid_cross = None if cross_attn is None else HookPoint()
+        self.hook_resid_post = HookPoint()
 
     def forward(
         self,
@@ -142,11 +150,10 @@ class DecoderLayer(nn.Module):
         memory_mask: Tensor | None = None,
         self_cache: LayerKV | None = None,
         cross_cache: LayerKV | None = None,
-        need_weights: bool = False,
         rotary: PositionScheme | None = None,
         bias: Tensor | None = None,
         self_mask: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    ) -> Tensor:
         """One decoder layer.
 
         Args:
@@ -154,27 +161,22 @@ class DecoderLayer(nn.Module):
             memory: (B, S, D) encoder output (None without cross-attention).
             memory_mask: bool (B, 1, 1, S), True at real source tokens, or None.
             self_cache, cross_cache: this layer's key/value stores, or None.
-            need_weights: also return self- and cross-attention weights.
             rotary, bias: the stack's positions for self-attention.
             self_mask: the self-attention's pattern as a bool (B, 1, T, L + T) mask,
                 True = may attend, instead of the causal one (a prefix LM's
                 bidirectional prefix, `aiayn.nn.masks.prefix_mask`); None: causal.
 
         Returns:
-            (B, T, D) states, self-attention weights or None, cross-attention weights or None.
+            (B, T, D) states.
         """
+        x = hooked(self.hook_resid_pre, x)
         h = self.self_residual.sublayer_input(x)
         causal = self_mask is None
-        out, self_weights = self.self_attn(
-            h, h, self_mask, causal, self_cache, need_weights, rotary=rotary, bias=bias
-        )
-        x = self.self_residual(x, out)
-        cross_weights = None
+        out, _ = self.self_attn(h, h, self_mask, causal, cache=self_cache, rotary=rotary, bias=bias)
+        x = hooked(self.hook_resid_mid, self.self_residual(x, out))
         if self.cross_attn is not None:
             h = self.cross_residual.sublayer_input(x)
-            out, cross_weights = self.cross_attn(
-                h, memory, memory_mask, cache=cross_cache, need_weights=need_weights
-            )
-            x = self.cross_residual(x, out)
+            out, _ = self.cross_attn(h, memory, memory_mask, cache=cross_cache)
+            x = hooked(self.hook_resid_cross, self.cross_residual(x, out))
         x = self.ff_residual(x, self.feed_forward(self.ff_residual.sublayer_input(x)))
-        return x, self_weights, cross_weights
+        return hooked(self.hook_resid_post, x)
