@@ -302,7 +302,8 @@ class MarianTokenizer:
     """Marian's tokenization: sentencepiece pieces mapped to ids through `vocab.json`.
 
     An `aiayn.data.tokenizer.Tokenizer`: `encode` returns ids without eos (batching
-    appends it), `decode` drops special tokens.
+    appends it), `decode` drops special tokens. `files` are the files that make the
+    vocabulary (what `aiayn.data.shortlist.vocabulary_digest` hashes).
     """
 
     def __init__(self, directory: str | Path) -> None:
@@ -318,6 +319,7 @@ class MarianTokenizer:
         self.unk_id = self.piece_to_id["<unk>"]
         self.bos_id = self.pad_id  # Marian's decoder starts from the pad token
         self.path = directory
+        self.files = tuple(directory / name for name in TOKENIZATION_FILES)
 
     @property
     def vocab_size(self) -> int:
