@@ -1039,27 +1039,6 @@ ForceOpt = Annotated[
 ]
 
 
-def _convert_into(path: Path, out: Path, force: bool, convert) -> Path:
-    """Run `convert(path, tmp)` into a temporary sibling of OUT, renamed to OUT when whole,
-    after refusing an OUT that would destroy something; the weights file written."""
-    from aiayn.files import check_fresh_output, check_output, write_dir_atomic
-
-    check_output(out, "OUT", directory=True)
-    check_fresh_output(out, "OUT", path, force)
-    written: list[Path] = []
-
-    def fill(tmp: Path) -> None:
-        try:
-            written.append(convert(path, tmp))
-        except OSError as err:  # reading the source: not a write to OUT that failed
-            if err.errno is None or err.filename is None or tmp in Path(err.filename).parents:
-                raise
-            raise ValueError(f"cannot read {err.filename}: {err.strerror}") from None
-
-    write_dir_atomic(out, fill)
-    return out / written[0].name
-
-
 @convert_app.command("marian")
 def convert_marian_command(
     path: Annotated[
@@ -1084,16 +1063,13 @@ def convert_marian_command(
     (the generation settings: beam, length penalty, max length, bad words).
     Nothing is downloaded and transformers is not needed.
     """
-    import functools
-
     from aiayn.io.marian import convert_marian
 
     _warnings_to_stderr()
     try:
         if dtype not in ("float32", "int8"):
             raise ValueError(f"--dtype {dtype!r}: use float32 or int8")
-        convert = functools.partial(convert_marian, int8=dtype == "int8")
-        weights = _convert_into(path, out, force, convert)
+        weights = convert_marian(path, out, int8=dtype == "int8", force=force)
     except (FileNotFoundError, ValueError) as err:
         raise _fail(err) from None
     typer.echo(f"wrote {weights}; translate with: aiayn translate {out}")
@@ -1105,7 +1081,7 @@ def _convert_hf(model_type: str, path: Path, out: Path, usage: str, force: bool)
 
     _warnings_to_stderr()
     try:
-        weights = _convert_into(path, out, force, getattr(hf_models, f"convert_{model_type}"))
+        weights = getattr(hf_models, f"convert_{model_type}")(path, out, force=force)
     except (FileNotFoundError, ValueError) as err:
         raise _fail(err) from None
     typer.echo(f"wrote {weights}; run it with: aiayn {usage.format(out=out)}")
