@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from typer.core import TyperGroup
 
-from aiayn.config import Precision, enum_member
+from aiayn.config import Precision
 
 
 class _OneLineErrors(TyperGroup):
@@ -881,23 +881,6 @@ def fill(
 # ----- looking inside: prune -----------------------------------------------------
 
 
-def _head_lists(values: list[str]) -> dict[str, list[int]]:
-    """--heads encoder.0.self:1,3 (repeatable) as {"encoder.0.self": [1, 3]}."""
-    heads: dict[str, list[int]] = {}
-    for value in values:
-        name, _, indices = value.rpartition(":")
-        try:
-            numbers = [int(i) for i in indices.split(",")]
-        except ValueError:
-            numbers = []
-        if not name or not numbers:
-            raise ValueError(
-                f"--heads {value!r}: expected SUBLAYER:HEAD[,HEAD...], e.g. encoder.0.self:1,3"
-            )
-        heads.setdefault(name.strip(), []).extend(numbers)
-    return heads
-
-
 @app.command()
 def prune(
     run: RunArg,
@@ -954,62 +937,32 @@ def prune(
     generate or fill). See `aiayn.analysis.pruning`.
     """
     from aiayn.analysis import pruning
-    from aiayn.analysis.heads import HEADS_FILE
     from aiayn.apps.model_use import DECODER_ONLY, ENCODER_ONLY
-    from aiayn.io.checkpoint import load_model, resolve_weights
-    from aiayn.models.encoder_decoder import attention_sublayers
 
     _warnings_to_stderr()
     try:
-        if out.exists():
-            raise FileExistsError(f"--out {out} exists; name a new directory for the pruned run")
-        if (heads is None) == (fraction is None):
-            raise ValueError("give either --heads SUBLAYER:HEAD,... or --fraction F")
-        if heads is not None and any(x is not None for x in (by, measure, scores, kinds, seed)):
-            raise ValueError("--by, --measure, --scores, --kinds and --seed go with --fraction")
-        if fraction is not None:
-            pruning.check_fraction(fraction)
-        order = enum_member(pruning.HeadOrder, by or "importance", "--by")
-        importance = enum_member(pruning.Importance, measure or "ablation", "--measure")
-        kind_list = None if kinds is None else [k.strip() for k in kinds.split(",")]
-        weights = resolve_weights(run)
-        model = load_model(weights)
-        how: dict[str, object] = {"heads": heads}
-        if heads is not None:
-            chosen = _head_lists(heads)
-        elif order is pruning.HeadOrder.RANDOM:
-            chosen = pruning.random_heads(model, fraction, seed or 0, kind_list)
-            how = {"fraction": fraction, "by": order.value, "seed": seed or 0}
-        else:
-            path = scores or (run if run.is_dir() else run.parent) / HEADS_FILE
-            table = pruning.read_head_scores(path, importance)
-            kind_list = kind_list or list(pruning.scored_kinds(table))
-            pruning.check_scores_fit(model, table, kind_list)
-            chosen = pruning.heads_by_fraction(table, fraction, kind_list)
-            how = {"fraction": fraction, "by": order.value, "measure": importance.value}
-        total = sum(m.n_heads for m in attention_sublayers(model).values())
-        pruned = pruning.prune_heads(model, chosen)
-        before, after = model.num_parameters(), pruned.num_parameters()
-        record = {
-            "source": str(weights),
-            **how,
-            "kinds": kind_list,
-            "removed": chosen,
-            "parameters": {"before": before, "after": after},
-        }
-        pruning.save_pruned_run(pruned, weights, out, record)
+        done = pruning.prune_run(
+            run,
+            out,
+            heads=heads,
+            fraction=fraction,
+            by=by,
+            measure=measure,
+            scores=scores,
+            kinds=None if kinds is None else [k.strip() for k in kinds.split(",")],
+            seed=seed,
+        )
     except (OSError, ValueError) as err:
         raise _fail(err) from None
-    counts = pruning.count_by_kind(chosen)
-    present = {pruning.kind_of(name) for name in attention_sublayers(model)}
-    by_kind = ", ".join(f"{kind} {n}" for kind, n in counts.items() if kind in present)
+    before, after = done.parameters_before, done.parameters_after
+    by_kind = ", ".join(f"{kind} {n}" for kind, n in done.removed_by_kind.items())
     typer.echo(
-        f"pruned {sum(counts.values())} of {total} heads ({by_kind}); "
+        f"pruned {sum(map(len, done.removed.values()))} of {done.heads_before} heads ({by_kind}); "
         f"parameters {before:,} -> {after:,} ({after / before - 1:+.1%})"
     )
     usage = {DECODER_ONLY: f'generate {out} "..."', ENCODER_ONLY: f'fill {out} "[MASK] ..."'}
     typer.echo(
-        f"wrote {out}; run it with: aiayn {usage.get(model.cfg.architecture, f'translate {out}')}"
+        f"wrote {out}; run it with: aiayn {usage.get(done.architecture, f'translate {out}')}"
     )
 
 
@@ -1086,27 +1039,6 @@ ForceOpt = Annotated[
 ]
 
 
-def _convert_into(path: Path, out: Path, force: bool, convert) -> Path:
-    """Run `convert(path, tmp)` into a temporary sibling of OUT, renamed to OUT when whole,
-    after refusing an OUT that would destroy something; the weights file written."""
-    from aiayn.files import check_fresh_output, check_output, write_dir_atomic
-
-    check_output(out, "OUT", directory=True)
-    check_fresh_output(out, "OUT", path, force)
-    written: list[Path] = []
-
-    def fill(tmp: Path) -> None:
-        try:
-            written.append(convert(path, tmp))
-        except OSError as err:  # reading the source: not a write to OUT that failed
-            if err.errno is None or err.filename is None or tmp in Path(err.filename).parents:
-                raise
-            raise ValueError(f"cannot read {err.filename}: {err.strerror}") from None
-
-    write_dir_atomic(out, fill)
-    return out / written[0].name
-
-
 @convert_app.command("marian")
 def convert_marian_command(
     path: Annotated[
@@ -1131,16 +1063,13 @@ def convert_marian_command(
     (the generation settings: beam, length penalty, max length, bad words).
     Nothing is downloaded and transformers is not needed.
     """
-    import functools
-
     from aiayn.io.marian import convert_marian
 
     _warnings_to_stderr()
     try:
         if dtype not in ("float32", "int8"):
             raise ValueError(f"--dtype {dtype!r}: use float32 or int8")
-        convert = functools.partial(convert_marian, int8=dtype == "int8")
-        weights = _convert_into(path, out, force, convert)
+        weights = convert_marian(path, out, int8=dtype == "int8", force=force)
     except (FileNotFoundError, ValueError) as err:
         raise _fail(err) from None
     typer.echo(f"wrote {weights}; translate with: aiayn translate {out}")
@@ -1152,7 +1081,7 @@ def _convert_hf(model_type: str, path: Path, out: Path, usage: str, force: bool)
 
     _warnings_to_stderr()
     try:
-        weights = _convert_into(path, out, force, getattr(hf_models, f"convert_{model_type}"))
+        weights = getattr(hf_models, f"convert_{model_type}")(path, out, force=force)
     except (FileNotFoundError, ValueError) as err:
         raise _fail(err) from None
     typer.echo(f"wrote {weights}; run it with: aiayn {usage.format(out=out)}")

@@ -574,3 +574,46 @@ def check_fresh_output(out: str | Path, option: str, source: str | Path, force: 
             "directory, or give --force to replace it"
         )
     return out
+
+
+def write_fresh_dir(
+    source: str | Path,
+    out: str | Path,
+    fill: Callable[[Path], None],
+    force: bool = False,
+    option: str = "OUT",
+) -> Path:
+    """Write directory `out` from directory `source`, destroying neither: refuse an `out`
+    that could not be written (`check_output`) or that would destroy something
+    (`check_fresh_output`: not empty unless `force`; never the source, inside it or
+    holding it), then let `fill(tmp)` fill a temporary that replaces `out` when whole
+    (`write_dir_atomic`). A failure, a full disk included, leaves `out` as it was.
+
+    Args:
+        source: the directory `out` is made from.
+        out: the directory to write.
+        fill: writes the files into the directory it is given.
+        force: whether an existing, non-empty `out` may be replaced.
+        option: how the user named `out`, for messages.
+
+    Returns:
+        `out`.
+
+    Raises:
+        ValueError: an `out` refused (naming `option` and why), or a file of
+            `source` that cannot be read (naming it).
+        WriteFailed: (an OSError) the system refused a write to `out`.
+    """
+    source, out = Path(source), Path(out)
+    check_output(out, option, directory=True)
+    check_fresh_output(out, option, source, force)
+
+    def checked_fill(tmp: Path) -> None:
+        try:
+            fill(tmp)
+        except OSError as err:  # reading the source: not a write to `out` that failed
+            if err.errno is None or err.filename is None or tmp in Path(err.filename).parents:
+                raise
+            raise ValueError(f"cannot read {err.filename}: {err.strerror}") from None
+
+    return write_dir_atomic(out, checked_fill)

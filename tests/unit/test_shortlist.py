@@ -45,7 +45,7 @@ def test_candidates_union_with_eos_and_extra():
     short = hand_shortlist()
     assert short.candidates(torch.tensor([[6, 0], [7, 2]])).tolist() == [EOS, 10, 11, 12]
     assert short.candidates([6], extra=(9,)).tolist() == [EOS, 9, 10, 11]
-    empty = build([[5]], [[10]], V, EOS, frequent=0, per_source=0)
+    empty = Shortlist(torch.zeros(0, dtype=torch.long), torch.full((V, 0), -1), EOS)
     assert empty.candidates([5, 6]).tolist() == [EOS]  # eos is never dropped
     with pytest.raises(ValueError, match="outside the shortlist's vocabulary of 16"):
         short.candidates([16])

@@ -19,9 +19,10 @@ A sub-layer is named "encoder.I.self", "decoder.I.self" or "decoder.I.cross"
 "encoder.self", "decoder.self" or "decoder.cross". Head indices are always the
 sub-layer's current ones: after a first pruning, its heads are numbered 0.. again.
 
-The second half writes a pruned run directory (`save_pruned_run`) for
-`aiayn prune`; it reads the head importance `aiayn heads` measured
-(`read_head_scores`).
+The second half writes a pruned run directory (`save_pruned_run`); `prune_run`
+is all of `aiayn prune`: it chooses the heads (named, or a fraction by importance
+or at random), reads the head importance `aiayn heads` measured
+(`read_head_scores`), prunes and writes the run.
 
 Shape legend: D d_model, H query heads, Hkv key/value heads, Dk / Dv head sizes.
 """
@@ -43,10 +44,17 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from aiayn.config import SUBLAYER_KINDS, split_sublayer
+from aiayn.config import SUBLAYER_KINDS, enum_member, split_sublayer
 from aiayn.files import write_dir_atomic
 from aiayn.io import hf_models
-from aiayn.io.checkpoint import TOKENIZER_FILE, WEIGHTS_FILE, find_in_run, save_model
+from aiayn.io.checkpoint import (
+    TOKENIZER_FILE,
+    WEIGHTS_FILE,
+    find_in_run,
+    load_model,
+    resolve_weights,
+    save_model,
+)
 from aiayn.io.marian import CONVERTED_FILE, TOKENIZATION_FILES
 from aiayn.models import build_model
 from aiayn.models.encoder_decoder import Transformer, attention_sublayers
@@ -521,3 +529,147 @@ def save_pruned_run(
 
     write_dir_atomic(out, fill)
     return sorted(copies)
+
+
+# ----- a run in, a pruned run out: `aiayn prune` ------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class PrunedRun:
+    """What `prune_run` wrote, for a summary.
+
+    Attributes:
+        out: the pruned run directory.
+        removed: sub-layer name -> the head indices removed.
+        removed_by_kind: heads removed per kind, for the kinds the model has.
+        heads_before: the model's attention heads before pruning.
+        parameters_before, parameters_after: the parameter counts.
+        architecture: the model's `ModelConfig.architecture`.
+    """
+
+    out: Path
+    removed: dict[str, list[int]]
+    removed_by_kind: dict[str, int]
+    heads_before: int
+    parameters_before: int
+    parameters_after: int
+    architecture: str
+
+
+def parse_heads(values: Iterable[str]) -> dict[str, list[int]]:
+    """Heads named as "SUBLAYER:HEAD[,HEAD...]" (e.g. "encoder.0.self:1,3"), merged per
+    sub-layer: {"encoder.0.self": [1, 3]}.
+
+    Raises:
+        ValueError: a value not of that form (naming it).
+    """
+    heads: dict[str, list[int]] = {}
+    for value in values:
+        name, _, indices = value.rpartition(":")
+        try:
+            numbers = [int(i) for i in indices.split(",")]
+        except ValueError:
+            numbers = []
+        if not name or not numbers:
+            raise ValueError(
+                f"--heads {value!r}: expected SUBLAYER:HEAD[,HEAD...], e.g. encoder.0.self:1,3"
+            )
+        heads.setdefault(name.strip(), []).extend(numbers)
+    return heads
+
+
+def prune_run(
+    run: str | Path,
+    out: str | Path,
+    heads: Sequence[str] | None = None,
+    fraction: float | None = None,
+    by: HeadOrder | str | None = None,
+    measure: Importance | str | None = None,
+    scores: str | Path | None = None,
+    kinds: Sequence[str] | None = None,
+    seed: int | None = None,
+) -> PrunedRun:
+    """Prune a run's attention heads for good and write the smaller model as run `out`.
+
+    Exactly one of `heads` (the heads named) and `fraction` (that share of all
+    heads) is given. With `fraction`, the heads go by importance (`by` "importance",
+    the default: the lowest of `aiayn heads`' `measure`, read from `scores`,
+    default RUN/heads/heads.json; see `heads_by_fraction`) or at random (`by`
+    "random", from `seed`, default 0; see `random_heads`). OUT/pruning.json records
+    the choice; see `save_pruned_run` for the rest of OUT. Messages name the
+    options as `aiayn prune` takes them (--heads, --fraction, ...).
+
+    Args:
+        run: a run directory, checkpoint directory or weights file (any model shape).
+        out: the directory to write; it must not exist.
+        heads: "SUBLAYER:HEAD[,HEAD...]" values (`parse_heads`).
+        fraction: in [0, 1).
+        by: a `HeadOrder` (with `fraction` only).
+        measure: an `Importance` (with `fraction` only).
+        scores: the heads.json to read (with `fraction` only).
+        kinds: the kinds of sub-layer to prune (with `fraction` only; default: all
+            the scored kinds, or all kinds at random).
+        seed: the random order's seed (with `fraction` only).
+
+    Returns:
+        The `PrunedRun`.
+
+    Raises:
+        FileExistsError: `out` exists.
+        FileNotFoundError: no weights, or no scores file.
+        ValueError: options that do not go together, values out of range, heads or
+            scores that do not fit the model (each naming the problem).
+        OSError: the run cannot be written.
+    """
+    from aiayn.analysis.heads import HEADS_FILE  # here: the heads module needs matplotlib
+
+    run, out = Path(run), Path(out)
+    if out.exists():
+        raise FileExistsError(f"--out {out} exists; name a new directory for the pruned run")
+    if (heads is None) == (fraction is None):
+        raise ValueError("give either --heads SUBLAYER:HEAD,... or --fraction F")
+    if heads is not None and any(x is not None for x in (by, measure, scores, kinds, seed)):
+        raise ValueError("--by, --measure, --scores, --kinds and --seed go with --fraction")
+    if fraction is not None:
+        check_fraction(fraction)
+    order = enum_member(HeadOrder, by or HeadOrder.IMPORTANCE, "--by")
+    importance = enum_member(Importance, measure or Importance.ABLATION, "--measure")
+    kind_list = None if kinds is None else list(kinds)
+    weights = resolve_weights(run)
+    model = load_model(weights)
+    how: dict[str, object] = {"heads": None if heads is None else list(heads)}
+    if heads is not None:
+        chosen = parse_heads(heads)
+    elif order is HeadOrder.RANDOM:
+        chosen = random_heads(model, fraction, seed or 0, kind_list)
+        how = {"fraction": fraction, "by": order.value, "seed": seed or 0}
+    else:
+        path = Path(scores) if scores else (run if run.is_dir() else run.parent) / HEADS_FILE
+        table = read_head_scores(path, importance)
+        kind_list = kind_list or list(scored_kinds(table))
+        check_scores_fit(model, table, kind_list)
+        chosen = heads_by_fraction(table, fraction, kind_list)
+        how = {"fraction": fraction, "by": order.value, "measure": importance.value}
+    sublayers = attention_sublayers(model)
+    total = sum(module.n_heads for module in sublayers.values())
+    pruned = prune_heads(model, chosen)
+    before, after = model.num_parameters(), pruned.num_parameters()
+    record = {
+        "source": str(weights),
+        **how,
+        "kinds": kind_list,
+        "removed": chosen,
+        "parameters": {"before": before, "after": after},
+    }
+    save_pruned_run(pruned, weights, out, record)
+    present = {kind_of(name) for name in sublayers}
+    counts = count_by_kind(chosen)
+    return PrunedRun(
+        out=out,
+        removed=chosen,
+        removed_by_kind={kind: n for kind, n in counts.items() if kind in present},
+        heads_before=total,
+        parameters_before=before,
+        parameters_after=after,
+        architecture=model.cfg.architecture,
+    )

@@ -38,7 +38,7 @@ from aiayn.apps.model_use import ENCODER_DECODER, check_shape, run_files
 from aiayn.data.tokenizer import TOKENIZER_FILE, SentencePieceTokenizer, Tokenizer
 from aiayn.inference.frozen import freeze
 from aiayn.inference.search import DecodeConfig, Hypothesis, search
-from aiayn.inference.shortlist import Shortlist, Shortlisted
+from aiayn.inference.shortlist import Shortlist, Shortlisted, vocabulary_digest
 from aiayn.io.checkpoint import find_in_run, int8_weights, load_model
 from aiayn.io.marian import (
     CONVERTED_FILE,
@@ -102,7 +102,8 @@ class Translator:
     Raises:
         ValueError: if the subword model's vocabulary or special ids do not match
             the model's, or int8 is asked for on a device other than the CPU, or
-            the shortlist is invalid or for another vocabulary.
+            the shortlist is invalid, empty (eos only) or for another vocabulary
+            (its recorded tokenizer digest is not the tokenizer's).
     """
 
     def __init__(
@@ -160,8 +161,12 @@ class Translator:
         self.tokenizer = tokenizer
         self.decode = decode or DecodeConfig()
         if shortlist is not None:  # the output projection runs over candidates only
-            if not isinstance(shortlist, Shortlist):
-                shortlist = Shortlist.load(shortlist, cfg.vocab_size)
+            digest = vocabulary_digest(tokenizer)
+            if isinstance(shortlist, Shortlist):
+                shortlist.check_usable()
+                shortlist.check_vocabulary(digest, "the model's tokenizer")
+            else:
+                shortlist = Shortlist.load(shortlist, cfg.vocab_size, digest, cfg.eos_id)
             self.engine = Shortlisted(self.engine, shortlist)
 
     @classmethod

@@ -306,7 +306,7 @@ def _write_shortlist(out: Path, tokenizer: SentencePieceTokenizer, train: Pairs)
 
     At most `SHORTLIST_MAX_PAIRS` pairs are counted, evenly spaced over the split.
     """
-    from aiayn.data.shortlist import SHORTLIST_FILE, build
+    from aiayn.data.shortlist import SHORTLIST_FILE, build, vocabulary_digest
 
     step = max(1, -(-len(train) // SHORTLIST_MAX_PAIRS))
     sample = train[::step]
@@ -317,6 +317,7 @@ def _write_shortlist(out: Path, tokenizer: SentencePieceTokenizer, train: Pairs)
         tokenizer.vocab_size,
         tokenizer.eos_id,
         exclude=sorted({tokenizer.pad_id, tokenizer.bos_id}),
+        vocabulary_sha256=vocabulary_digest(tokenizer),  # of the spm.model written beside it
     )
     shortlist.save(out / SHORTLIST_FILE)
     log.info("wrote %s (%r)", out / SHORTLIST_FILE, shortlist)

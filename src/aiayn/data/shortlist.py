@@ -16,6 +16,7 @@ Shape legend: V vocabulary, K per_source.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Iterable, Sequence
@@ -39,6 +40,42 @@ DEFAULT_FREQUENT = 1000
 DEFAULT_PER_SOURCE = 20
 DEFAULT_MIN_COUNT = 2
 _CHUNK = 5_000  # sentence pairs counted at once (keeps the pair arrays small)
+VOCABULARY_KEY = "vocabulary_sha256"  # metadata: the digest of the tokenizer it was built with
+
+
+def vocabulary_digest(tokenizer: Tokenizer) -> str | None:
+    """The sha256 that names a tokenizer's vocabulary, as a shortlist records it.
+
+    For a subword model read from a file (spm.model) it is that file's sha256. A
+    tokenizer of several files lists them in a `files` attribute (a Marian
+    directory: source.spm, target.spm, vocab.json); its digest is the sha256 of
+    their sha256s, in that order.
+
+    Args:
+        tokenizer: the tokenizer.
+
+    Returns:
+        64 hex digits, or None for a tokenizer not read from files (built in memory).
+
+    Raises:
+        OSError: a file that cannot be read.
+    """
+    files = getattr(tokenizer, "files", None)
+    if files is None:
+        path = tokenizer.path
+        if path is None or not Path(path).is_file():
+            return None
+        return _file_sha256(Path(path))
+    combined = "".join(_file_sha256(Path(file)) for file in files)
+    return hashlib.sha256(combined.encode("ascii")).hexdigest()
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 class Shortlist:
@@ -48,12 +85,19 @@ class Shortlist:
         frequent: (N,) target ids always in the candidate set.
         table: (V, K) per source id, its translations' target ids, -1 where none.
         eos_id: always a candidate.
+        vocabulary_sha256: the digest of the tokenizer it belongs to
+            (`vocabulary_digest`), None if unknown.
+
+    The constructor checks shapes and ids only; `build` and `load` also refuse a
+    shortlist that offers nothing but eos (`check_usable`).
 
     Raises:
         ValueError: on shapes or ids out of range (naming them).
     """
 
-    def __init__(self, frequent: Tensor, table: Tensor, eos_id: int) -> None:
+    def __init__(
+        self, frequent: Tensor, table: Tensor, eos_id: int, vocabulary_sha256: str | None = None
+    ) -> None:
         if frequent.dim() != 1 or table.dim() != 2:
             raise ValueError(
                 f"a shortlist needs (N,) frequent ids and a (V, K) table, got "
@@ -71,6 +115,7 @@ class Shortlist:
         self.frequent = frequent.long()
         self.table = table.long()
         self.eos_id = eos_id
+        self.vocabulary_sha256 = vocabulary_sha256
 
     @property
     def vocab_size(self) -> int:
@@ -79,6 +124,43 @@ class Shortlist:
     @property
     def per_source(self) -> int:
         return self.table.size(1)
+
+    def check_usable(self) -> None:
+        """Refuse a degenerate shortlist: one whose candidates are never more than eos.
+
+        Such a shortlist (no frequent piece and no translation, e.g. built from empty
+        files) would make every translation empty.
+
+        Raises:
+            ValueError: naming what is missing.
+        """
+        pieces = torch.cat([self.frequent, self.table[self.table >= 0]]).unique()
+        if not (pieces != self.eos_id).any():
+            raise ValueError(
+                "the shortlist is empty: no frequent piece and no translation besides eos, "
+                "so every output would be empty"
+            )
+
+    def check_vocabulary(self, digest: str | None, tokenizer: str = "the tokenizer") -> None:
+        """Refuse a shortlist built for another vocabulary than the one of `digest`.
+
+        A shortlist or a tokenizer without a digest is not checked.
+
+        Args:
+            digest: the tokenizer's `vocabulary_digest`.
+            tokenizer: how messages name the tokenizer (e.g. its path).
+
+        Raises:
+            ValueError: both digests differ (naming both).
+        """
+        if digest is None or self.vocabulary_sha256 is None:
+            return
+        if digest != self.vocabulary_sha256:
+            raise ValueError(
+                f"the shortlist was built for the vocabulary with sha256 "
+                f"{self.vocabulary_sha256}, but {tokenizer} has sha256 {digest}: build the "
+                f"shortlist with the model's own tokenizer"
+            )
 
     def candidates(self, src_ids: Tensor | Sequence[int], extra: Sequence[int] = ()) -> Tensor:
         """The candidate set of a batch: sorted unique target ids (eos and `extra` included).
@@ -109,20 +191,34 @@ class Shortlist:
         path = Path(path)
         tensors = {"frequent": self.frequent.contiguous(), "table": self.table.contiguous()}
         metadata = {"format": FORMAT, "version": VERSION, "eos_id": str(self.eos_id)}
+        if self.vocabulary_sha256 is not None:
+            metadata[VOCABULARY_KEY] = self.vocabulary_sha256
         return write_file_atomic(path, lambda tmp: save_file(tensors, str(tmp), metadata=metadata))
 
     @classmethod
-    def load(cls, path: str | Path, vocab_size: int | None = None) -> Shortlist:
-        """Read a shortlist written by `save`.
+    def load(
+        cls,
+        path: str | Path,
+        vocab_size: int | None = None,
+        vocabulary_sha256: str | None = None,
+        eos_id: int | None = None,
+    ) -> Shortlist:
+        """Read a shortlist written by `save`, refusing one that offers only eos.
+
+        A file that records no vocabulary digest (written before shortlists did)
+        loads with a logged warning: it cannot be checked against the tokenizer.
 
         Args:
             path: the file.
             vocab_size: if given, the vocabulary the shortlist must have.
+            vocabulary_sha256: if given, the `vocabulary_digest` of the model's
+                tokenizer, which the file's recorded digest must equal.
+            eos_id: if given, the model's eos id, which the file's must equal.
 
         Raises:
             FileNotFoundError: no such file.
-            ValueError: a file that is not a valid shortlist (or of another
-                vocabulary), in one line naming it.
+            ValueError: a file that is not a valid shortlist, is empty (eos only), or
+                belongs to another vocabulary, in one line naming it.
         """
         path = Path(path)
         if not path.is_file():
@@ -142,13 +238,33 @@ class Shortlist:
             for name, tensor in tensors.items():
                 if tensor.dtype != torch.int64:
                     raise ValueError(f"{name} is {tensor.dtype}, expected int64")
-            shortlist = cls(tensors["frequent"], tensors["table"], int(metadata["eos_id"]))
+            shortlist = cls(
+                tensors["frequent"],
+                tensors["table"],
+                int(metadata["eos_id"]),
+                metadata.get(VOCABULARY_KEY),
+            )
         except (SafetensorError, ValueError, KeyError, UnicodeDecodeError, OSError) as err:
             raise ValueError(f"{path}: not a valid shortlist file: {err}") from None
         if vocab_size is not None and shortlist.vocab_size != vocab_size:
             raise ValueError(
                 f"{path}: shortlist for a vocabulary of {shortlist.vocab_size}, but the "
                 f"model has {vocab_size}"
+            )
+        if eos_id is not None and shortlist.eos_id != eos_id:
+            raise ValueError(
+                f"{path}: shortlist with eos id {shortlist.eos_id}, but the model's is {eos_id}"
+            )
+        try:
+            shortlist.check_usable()
+            shortlist.check_vocabulary(vocabulary_sha256, "the model's tokenizer")
+        except ValueError as err:
+            raise ValueError(f"{path}: {err}") from None
+        if shortlist.vocabulary_sha256 is None:
+            log.warning(
+                "%s records no vocabulary digest (written before shortlists did): it is not "
+                "checked against the model's tokenizer; build it again to record one",
+                path,
             )
         return shortlist
 
@@ -217,6 +333,7 @@ def build(
     per_source: int = DEFAULT_PER_SOURCE,
     min_count: int = DEFAULT_MIN_COUNT,
     exclude: Sequence[int] = (),
+    vocabulary_sha256: str | None = None,
 ) -> Shortlist:
     """A shortlist from a parallel corpus given as ids (see the module docstring).
 
@@ -228,12 +345,14 @@ def build(
         per_source: K, translations kept per source piece.
         min_count: a translation must co-occur with its source piece in this many pairs.
         exclude: ids never counted as frequent or as a translation (e.g. pad, bos).
+        vocabulary_sha256: the tokenizer's `vocabulary_digest`, recorded in the file.
 
     Returns:
         The `Shortlist`.
 
     Raises:
-        ValueError: bad sizes, unequal line counts, or ids outside the vocabulary.
+        ValueError: bad sizes, unequal line counts, ids outside the vocabulary, or
+            a corpus that gives no piece besides eos (no pairs, or all empty).
     """
     if frequent < 0 or per_source < 0 or min_count < 1:
         raise ValueError(
@@ -248,6 +367,8 @@ def build(
         if "zip()" in str(err):
             raise ValueError(f"source and target have different numbers of lines ({err})") from None
         raise
+    if pairs == 0:
+        raise ValueError("the shortlist would be empty: there are no sentence pairs to count")
     banned = np.zeros(vocab_size, dtype=bool)
     banned[list(exclude)] = True
     order = np.argsort(-np.where(banned, -1, tgt_tokens), kind="stable")
@@ -275,7 +396,18 @@ def build(
         per_source,
         int((table[:, :1] >= 0).sum()) if per_source else 0,
     )
-    return Shortlist(torch.from_numpy(np.sort(top)), torch.from_numpy(table), eos_id)
+    shortlist = Shortlist(
+        torch.from_numpy(np.sort(top)), torch.from_numpy(table), eos_id, vocabulary_sha256
+    )
+    try:
+        shortlist.check_usable()
+    except ValueError:
+        raise ValueError(
+            f"the shortlist would be empty: {pairs} sentence pairs give no frequent piece "
+            f"and no translation besides eos (frequent={frequent}, per_source={per_source}, "
+            f"min_count={min_count})"
+        ) from None
+    return shortlist
 
 
 def recall(
@@ -355,19 +487,26 @@ def build_from_files(
 ) -> Shortlist:
     """`build` from two line-aligned text files, tokenized with the model's `tokenizer`.
 
+    The shortlist records the tokenizer's `vocabulary_digest`.
+
     Raises:
         FileNotFoundError: a missing file.
-        ValueError: invalid UTF-8 or unequal line counts (file and line named).
+        ValueError: invalid UTF-8 or unequal line counts (file and line named), or
+            files that give an empty shortlist (both named).
     """
     source_lines, target_lines = read_parallel(source, target)
     specials = sorted({tokenizer.pad_id, tokenizer.bos_id})
-    return build(
-        tokenizer.encode_batch(source_lines),
-        encode_target(tokenizer, target_lines),
-        tokenizer.vocab_size,
-        tokenizer.eos_id,
-        frequent,
-        per_source,
-        min_count,
-        exclude=specials,
-    )
+    try:
+        return build(
+            tokenizer.encode_batch(source_lines),
+            encode_target(tokenizer, target_lines),
+            tokenizer.vocab_size,
+            tokenizer.eos_id,
+            frequent,
+            per_source,
+            min_count,
+            exclude=specials,
+            vocabulary_sha256=vocabulary_digest(tokenizer),
+        )
+    except ValueError as err:
+        raise ValueError(f"{source} and {target}: {err}") from None

@@ -35,6 +35,7 @@ from aiayn.data.shortlist import (  # noqa: F401  (the table's names, where they
     encode_target,
     read_parallel,
     recall,
+    vocabulary_digest,
 )
 from aiayn.inference.search import NEG_INF
 from aiayn.models.encoder_decoder import EncoderDecoderDecoding, Transformer

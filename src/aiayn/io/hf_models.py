@@ -54,7 +54,7 @@ from typing import Any
 import torch
 
 from aiayn.config import Activation, ModelConfig
-from aiayn.files import write_atomic
+from aiayn.files import write_atomic, write_fresh_dir
 from aiayn.io.checkpoint import WEIGHTS_FILE, save_model
 from aiayn.io.hf_config import (
     MAX_POSITIONS,
@@ -441,27 +441,44 @@ def _tokenizer_files(directory: Path, model_type: str) -> list[str]:
     return present
 
 
-def _convert(directory: Path, out: Path, model: torch.nn.Module, model_type: str) -> Path:
-    files = _tokenizer_files(directory, model_type)
-    (out / CONVERTED_FILE).unlink(missing_ok=True)  # unmarked until whole again
-    for name in files:
-        write_atomic(out / name, (directory / name).read_bytes())
-    weights = save_model(model, out / WEIGHTS_FILE)
-    marker = {
-        "format": f"aiayn-{model_type}",
-        "version": 1,
-        "source": str(directory.resolve()),
-        "architecture": model.cfg.architecture,
-        "tokenizer_files": files,
-    }
-    write_atomic(out / CONVERTED_FILE, json.dumps(marker, indent=2) + "\n")
-    return weights
+def _convert(directory: str | Path, out: str | Path, model_type: str, force: bool) -> Path:
+    """`convert_gpt2` / `convert_bert`: load with `load_<model_type>`, write into a fresh
+    OUT (`aiayn.files.write_fresh_dir`); the weights file written."""
+    directory, out = Path(directory), Path(out)
+    load = {"gpt2": load_gpt2, "bert": load_bert}[model_type]
+
+    def fill(tmp: Path) -> None:
+        model, _ = load(directory)
+        files = _tokenizer_files(directory, model_type)
+        for name in files:
+            write_atomic(tmp / name, (directory / name).read_bytes())
+        save_model(model, tmp / WEIGHTS_FILE)
+        marker = {
+            "format": f"aiayn-{model_type}",
+            "version": 1,
+            "source": str(directory.resolve()),
+            "architecture": model.cfg.architecture,
+            "tokenizer_files": files,
+        }
+        write_atomic(tmp / CONVERTED_FILE, json.dumps(marker, indent=2) + "\n")
+
+    write_fresh_dir(directory, out, fill, force)
+    return out / WEIGHTS_FILE
 
 
-def convert_gpt2(directory: str | Path, out: str | Path) -> Path:
+def convert_gpt2(directory: str | Path, out: str | Path, force: bool = False) -> Path:
     """Write a GPT-2 directory as an aiayn one: OUT/model.safetensors, the tokenizer files
-    and OUT/converted.json (last). Everything is read and checked first, so a
-    directory that cannot be converted leaves OUT untouched.
+    and OUT/converted.json (last).
+
+    OUT must not exist or be empty (unless `force`: then it is replaced whole), and
+    is never the source directory, inside it or holding it. It is built under a
+    temporary name and renamed when whole, so a directory that cannot be converted,
+    or a full disk, leaves OUT as it was (`aiayn.files.write_fresh_dir`).
+
+    Args:
+        directory: the GPT-2 directory, as `transformers` saves it.
+        out: the aiayn directory to write.
+        force: replace an OUT that exists and is not empty.
 
     Returns:
         The weights file written.
@@ -469,20 +486,27 @@ def convert_gpt2(directory: str | Path, out: str | Path) -> Path:
     Raises:
         FileNotFoundError, HFFormatError: as `load_gpt2`, or when no tokenizer
             (tokenizer.json, or vocab.json + merges.txt) is there.
+        ValueError: an OUT refused (naming why), or a source file that cannot be read.
+        aiayn.files.WriteFailed: (an OSError) the system refused a write to OUT.
     """
-    directory = Path(directory)
-    model, _ = load_gpt2(directory)
-    return _convert(directory, Path(out), model, "gpt2")
+    return _convert(directory, out, "gpt2", force)
 
 
-def convert_bert(directory: str | Path, out: str | Path) -> Path:
+def convert_bert(directory: str | Path, out: str | Path, force: bool = False) -> Path:
     """Write a BERT directory as an aiayn one: OUT/model.safetensors, the tokenizer files
-    and OUT/converted.json (last); see `convert_gpt2`.
+    and OUT/converted.json (last); OUT is protected and built as in `convert_gpt2`.
+
+    Args:
+        directory: the BERT directory, as `transformers` saves it.
+        out: the aiayn directory to write.
+        force: replace an OUT that exists and is not empty.
+
+    Returns:
+        The weights file written.
 
     Raises:
         FileNotFoundError, HFFormatError: as `load_bert`, or when no tokenizer
             (tokenizer.json or vocab.txt) is there.
+        ValueError, aiayn.files.WriteFailed: as `convert_gpt2`.
     """
-    directory = Path(directory)
-    model, _ = load_bert(directory)
-    return _convert(directory, Path(out), model, "bert")
+    return _convert(directory, out, "bert", force)

@@ -46,7 +46,7 @@ import torch
 from safetensors.torch import load_file
 
 from aiayn.config import MAX_ALPHA, MAX_BEAM, Activation, ModelConfig
-from aiayn.files import write_atomic
+from aiayn.files import write_atomic, write_fresh_dir
 from aiayn.io.checkpoint import WEIGHTS_FILE, save_model
 from aiayn.io.hf_config import (
     MAX_POSITIONS,
@@ -302,7 +302,8 @@ class MarianTokenizer:
     """Marian's tokenization: sentencepiece pieces mapped to ids through `vocab.json`.
 
     An `aiayn.data.tokenizer.Tokenizer`: `encode` returns ids without eos (batching
-    appends it), `decode` drops special tokens.
+    appends it), `decode` drops special tokens. `files` are the files that make the
+    vocabulary (what `aiayn.data.shortlist.vocabulary_digest` hashes).
     """
 
     def __init__(self, directory: str | Path) -> None:
@@ -318,6 +319,7 @@ class MarianTokenizer:
         self.unk_id = self.piece_to_id["<unk>"]
         self.bos_id = self.pad_id  # Marian's decoder starts from the pad token
         self.path = directory
+        self.files = tuple(directory / name for name in TOKENIZATION_FILES)
 
     @property
     def vocab_size(self) -> int:
@@ -517,15 +519,27 @@ def marian_generation(directory: str | Path) -> MarianGeneration:
     )
 
 
-def convert_marian(directory: str | Path, out: str | Path, int8: bool = False) -> Path:
+def convert_marian(
+    directory: str | Path, out: str | Path, int8: bool = False, force: bool = False
+) -> Path:
     """Write a Marian directory as an aiayn one that `aiayn translate` reads.
 
     OUT gets `model.safetensors` (an aiayn checkpoint), `source.spm`, `target.spm`,
     `vocab.json` and `marian.json` (the generation settings; it marks the directory
-    as Marian-tokenized). The weights are checked by loading them first, so a
-    directory that cannot be converted leaves OUT untouched. With `int8`, the
-    weights int8 inference multiplies in int8 are stored so (`save_model`'s
-    `int8`), and `Translator.load` runs the directory in int8 by default.
+    as Marian-tokenized). With `int8`, the weights int8 inference multiplies in int8
+    are stored so (`save_model`'s `int8`), and `Translator.load` runs the directory
+    in int8 by default.
+
+    OUT must not exist or be empty (unless `force`: then it is replaced whole), and
+    is never the source directory, inside it or holding it. It is built under a
+    temporary name and renamed when whole, so a directory that cannot be converted,
+    or a full disk, leaves OUT as it was (`aiayn.files.write_fresh_dir`).
+
+    Args:
+        directory: the Marian directory, as `transformers` saves it.
+        out: the aiayn directory to write.
+        int8: store the int8 products' weights as int8.
+        force: replace an OUT that exists and is not empty.
 
     Returns:
         The weights file written.
@@ -533,8 +547,16 @@ def convert_marian(directory: str | Path, out: str | Path, int8: bool = False) -
     Raises:
         FileNotFoundError, MarianFormatError: as `load_marian_model`, or for a
             missing tokenization file.
+        ValueError: an OUT refused (naming why), or a source file that cannot be read.
+        aiayn.files.WriteFailed: (an OSError) the system refused a write to OUT.
     """
     directory, out = Path(directory), Path(out)
+    write_fresh_dir(directory, out, lambda tmp: _write_converted(directory, tmp, int8), force)
+    return out / WEIGHTS_FILE
+
+
+def _write_converted(directory: Path, out: Path, int8: bool) -> None:
+    """`convert_marian`'s work, into the fresh directory `out`."""
     model = load_marian_model(directory)
     generation = marian_generation(directory)
     tokenizer = MarianTokenizer(directory)  # the three tokenization files are there and sound
@@ -543,16 +565,14 @@ def convert_marian(directory: str | Path, out: str | Path, int8: bool = False) -
             f"{directory / 'vocab.json'} has ids up to {tokenizer.vocab_size - 1}, but "
             f"config.json's vocab_size is {model.cfg.vocab_size}"
         )
-    (out / CONVERTED_FILE).unlink(missing_ok=True)  # unmarked until whole again
     for name in TOKENIZATION_FILES:
         write_atomic(out / name, (directory / name).read_bytes())
     settings = {"format": "aiayn-marian", "version": 1, "source": str(directory.resolve())}
     settings["generation"] = dataclasses.asdict(generation)
     settings["dtype"] = "int8" if int8 else "float32"
-    weights = save_model(model, out / WEIGHTS_FILE, int8=int8)
+    save_model(model, out / WEIGHTS_FILE, int8=int8)
     # last: a complete directory is marked
     write_atomic(out / CONVERTED_FILE, json.dumps(settings, indent=2) + "\n")
-    return weights
 
 
 def read_converted_generation(directory: str | Path) -> MarianGeneration:
