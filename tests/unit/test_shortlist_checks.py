@@ -240,8 +240,9 @@ def test_a_file_without_a_digest_loads_with_one_warning(run, tmp_path, caplog):
 
 
 def test_a_marian_vocabulary_digest_covers_its_three_files(tmp_path):
-    from aiayn.io.marian import MarianTokenizer
     from test_shortlist import _marian_tokenizer_dir
+
+    from aiayn.io.marian import MarianTokenizer
 
     _marian_tokenizer_dir(tmp_path)
     names = ("source.spm", "target.spm", "vocab.json")

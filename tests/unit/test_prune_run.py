@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from test_pruning import write_heads_json
 from typer.testing import CliRunner
 
 from aiayn.analysis.pruning import PrunedRun, parse_heads, prune_run
@@ -14,7 +15,6 @@ from aiayn.cli import app
 from aiayn.io.checkpoint import load_model, resolve_weights
 from aiayn.models.encoder_decoder import attention_sublayers
 from infer_helpers import make_run
-from test_pruning import write_heads_json
 
 
 @pytest.fixture(scope="module")

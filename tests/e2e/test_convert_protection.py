@@ -10,11 +10,11 @@ import os
 from pathlib import Path
 
 import pytest
-
 import test_output_safety
+from test_output_safety import _digest
+
 from aiayn.io import hf_models, marian
 from infer_helpers import make_run
-from test_output_safety import _digest
 
 # test_output_safety's fixtures: tiny Hugging Face directories, and a private copy of one
 sources, source = test_output_safety.sources, test_output_safety.source
