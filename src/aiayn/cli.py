@@ -777,17 +777,16 @@ def _one_stack_attention(
     import torch
 
     from aiayn.analysis.viz import plot_self_attention
-    from aiayn.apps.model_use import DECODER_ONLY
+    from aiayn.models import shape_spec
 
     _check_device(device)
     if not sentence.strip():
         raise ValueError("cannot draw attention for an empty sentence")
-    if architecture == DECODER_ONLY:
-        user = _load_lm(run, device, "generate")
-        ids = user.encode_prompt(sentence)
-    else:
-        user = _load_lm(run, device, "fill")
-        ids = user.encode(sentence)
+    verb = shape_spec(architecture).verb  # the shape's own command reads the sentence
+    if verb not in ("generate", "fill"):
+        raise ValueError(f"{run} holds a {architecture} model, which no aiayn command runs")
+    user = _load_lm(run, device, verb)
+    ids = user.encode_prompt(sentence) if verb == "generate" else user.encode(sentence)
     pieces = [user.tokenizer.id_to_piece(i) for i in ids]
     batch = torch.tensor([ids], dtype=torch.long, device=user.device)  # (1, T)
     return plot_self_attention(user.model, batch, pieces, out, layers or None, heads or None)
@@ -937,7 +936,7 @@ def prune(
     generate or fill). See `aiayn.analysis.pruning`.
     """
     from aiayn.analysis import pruning
-    from aiayn.apps.model_use import DECODER_ONLY, ENCODER_ONLY
+    from aiayn.models import shape_spec
 
     _warnings_to_stderr()
     try:
@@ -960,10 +959,10 @@ def prune(
         f"pruned {sum(map(len, done.removed.values()))} of {done.heads_before} heads ({by_kind}); "
         f"parameters {before:,} -> {after:,} ({after / before - 1:+.1%})"
     )
-    usage = {DECODER_ONLY: f'generate {out} "..."', ENCODER_ONLY: f'fill {out} "[MASK] ..."'}
-    typer.echo(
-        f"wrote {out}; run it with: aiayn {usage.get(done.architecture, f'translate {out}')}"
-    )
+    verb = shape_spec(done.architecture).verb  # the pruned shape's own command
+    example = {"generate": ' "..."', "fill": ' "[MASK] ..."'}.get(verb, "")
+    runs_it = f"run it with: aiayn {verb} {out}{example}" if verb else "no aiayn command runs it"
+    typer.echo(f"wrote {out}; {runs_it}")
 
 
 # ----- output shortlists ---------------------------------------------------------
