@@ -28,6 +28,7 @@ from aiayn.config import ModelConfig
 from aiayn.models import register_shape
 from aiayn.nn.attention import KVCache, MultiHeadAttention
 from aiayn.nn.dropout import Dropout
+from aiayn.nn.hooks import hooks
 from aiayn.nn.kernels import build_kernel, check_positions, kernel_class
 from aiayn.nn.kernels.sdpa import SdpaKernel
 from aiayn.nn.layers import DecoderLayer, EncoderLayer, FeedForward
@@ -61,23 +62,22 @@ class AttentionMaps:
     def read(cls, model: nn.Module, run: Callable[[], object]) -> AttentionMaps:
         """The weights every attention sub-layer of `model` computes during `run()`, read
         at its `hook_weights` (`aiayn.nn.hooks`), by kind and in layer order."""
+        sublayers = attention_sublayers(model)  # "encoder.0.self" -> its module
+        path = {id(module): name for name, module in model.named_modules()}
+        point_of = {name: f"{path[id(module)]}.hook_weights" for name, module in sublayers.items()}
         found: dict[str, Tensor] = {}
-        sublayers = attention_sublayers(model)
-        names = {f"{name}.weights": module.hook_weights for name, module in sublayers.items()}
 
-        def keep(name: str) -> Callable[..., None]:
-            return lambda _module, _inputs, weights: found.__setitem__(name, weights)
+        def keep(weights: Tensor, point: str) -> None:
+            found[point] = weights
 
-        handles = [point.register_forward_hook(keep(name)) for name, point in names.items()]
-        try:
+        with hooks(model, dict.fromkeys(point_of.values(), keep)):
             run()
-        finally:
-            for handle in handles:
-                handle.remove()
 
         def kind(stack: str, part: str) -> list[Tensor]:
             return [
-                found[f"{n}.weights"] for n in sublayers if n.startswith(stack) and n.endswith(part)
+                found[point_of[name]]
+                for name in sublayers
+                if name.startswith(stack) and name.endswith(part)
             ]
 
         return cls(kind("encoder.", ".self"), kind("decoder.", ".self"), kind("decoder.", ".cross"))
