@@ -379,13 +379,9 @@ class FrozenSelfAttention(nn.Module):
         v = split_heads(v, self.n_kv_heads)  # (B, Hkv, T, Dv)
         if rotary is not None:
             q, k = rotary.rotate(q, offset), rotary.rotate(k, offset)
-        if cache is not None:  # the kernel keeps what it needs of this step
-            out, weights = self.kernel.attend_cached(
-                q, k, v, cache, mask, causal, need_weights, bias, self.kv_of_head
-            )
-        else:
-            k, v = expand_kv(k, v, self.kv_of_head)
-            out, weights = self.kernel(q, k, v, mask, causal, 0.0, need_weights, bias)
+        out, weights = self.kernel.attend_projected(
+            q, k, v, cache, mask, causal, 0.0, need_weights, bias, self.kv_of_head
+        )
         return self.out_proj(merge_heads(out)), weights
 
 

@@ -143,9 +143,7 @@ class MultiHeadAttention(nn.Module):
         self.n_heads, self.n_kv_heads = n_heads, n_kv_heads
         self.d_k, self.d_v = d_k, d_v
         self.dropout = dropout
-        if kernel is None:
-            kernel = SdpaKernel()
-        self.kernel = kernel if isinstance(kernel, Kernel) else FunctionKernel(kernel)
+        self.kernel = SdpaKernel() if kernel is None else kernel
         self.head_mask: Tensor | None = None
         self.q_proj = nn.Linear(d_model, n_heads * d_k, bias=bias)  # W^Q of all heads
         self.k_proj = nn.Linear(d_model, n_kv_heads * d_k, bias=bias)  # W^K
@@ -155,6 +153,16 @@ class MultiHeadAttention(nn.Module):
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
         self.hook_weights = HookPoint()  # (B, H, T, S), from the kernel's explicit path
         self.hook_z = HookPoint()  # each head's output before W^O, (B, H, T, Dv)
+
+    @property
+    def kernel(self) -> Kernel:
+        """The attention math between the projections (`aiayn.nn.kernels.Kernel`)."""
+        return self._kernel
+
+    @kernel.setter
+    def kernel(self, kernel: Kernel | AttentionFunction) -> None:
+        # a plain function of `attend`'s signature is wrapped, when built or assigned later
+        self._kernel = kernel if isinstance(kernel, Kernel) else FunctionKernel(kernel)
 
     def forward(
         self,
@@ -203,20 +211,22 @@ class MultiHeadAttention(nn.Module):
             k, v = hooked(self.hook_k, k), hooked(self.hook_v, v)
             if cache is not None and cache.static:
                 cache.key, cache.value = k, v
-            elif cache is not None:  # the kernel keeps what it needs of this step
-                out, weights = self.kernel.attend_cached(
-                    q, k, v, cache, mask, causal, need_weights, bias, self.kv_of_head
-                )
-                return self._output(out), weights
-        k, v = expand_kv(k, v, self.kv_of_head)
+        growing = None if cache is None or cache.static else cache  # the kernel keeps its own
         dropout_p = self.dropout if self.training else 0.0
         hook_weights = self.hook_weights.listened()
-        out, weights = self.kernel(
-            q, k, v, mask, causal, dropout_p, need_weights or hook_weights, bias
-        )
+        out, weights = self.kernel.attend_projected(
+            q, k, v, growing, mask, causal, dropout_p, need_weights or hook_weights, bias,
+            self.kv_of_head,
+        )  # fmt: skip
         if hook_weights and weights is not None:
             hooked_weights = self.hook_weights(weights)
             if hooked_weights is not weights:  # replaced: the output follows the new weights
+                if growing is not None:
+                    raise ValueError(
+                        "attention weights are replaced on a whole-sequence pass, not while "
+                        "decoding from a cache (its keys are the kernel's)"
+                    )
+                _, v = expand_kv(k, v, self.kv_of_head)
                 groups = self.n_heads // v.size(1)
                 out = hooked_weights.to(v.dtype) @ v.repeat_interleave(groups, dim=1)
             weights = hooked_weights if need_weights else None

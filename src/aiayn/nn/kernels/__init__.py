@@ -85,6 +85,32 @@ class Kernel:
         """
         raise NotImplementedError
 
+    def attend_projected(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        cache: Any = None,
+        mask: Tensor | None = None,
+        causal: bool = False,
+        dropout_p: float = 0.0,
+        need_weights: bool = False,
+        bias: Tensor | None = None,
+        kv_of_head: tuple[int, ...] | None = None,
+    ) -> tuple[Tensor, Tensor | None]:
+        """The attention of projected heads, as every attention module runs it (the
+        training model's and the frozen one's): from a growing `cache` while decoding
+        (`attend_cached`), else over this call's keys and values, each query head
+        reading its key/value head (`kv_of_head`: irregular groups, see `expand_kv`).
+
+        Args:
+            q: (B, H, T, Dk); k, v: (B, Hkv, S, D). The others are `__call__`'s.
+        """
+        if cache is not None:
+            return self.attend_cached(q, k, v, cache, mask, causal, need_weights, bias, kv_of_head)
+        k, v = expand_kv(k, v, kv_of_head)
+        return self(q, k, v, mask, causal, dropout_p, need_weights, bias)
+
     def new_cache(self) -> Any:
         """An empty store for incremental decoding (`KVCache` asks each layer's kernel):
         a growing `LayerKV` of past keys and values by default. A kernel whose `cache`
