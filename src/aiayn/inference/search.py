@@ -36,7 +36,6 @@ import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 from typing import Protocol
 
 import torch
@@ -45,6 +44,8 @@ from torch import Tensor
 from aiayn.config import (
     MAX_ALPHA,
     MAX_BEAM,
+    EarlyStopping,
+    LengthPenalty,
     ModelConfig,
     check_field_types,
     check_seed,
@@ -111,32 +112,6 @@ class Hypothesis:
     tokens: list[int]
     log_prob: float
     score: float
-
-
-class LengthPenalty(str, Enum):
-    """The form of the length penalty lp(Y) that finished scores are divided by."""
-
-    GNMT = "gnmt"  # ((5 + |Y|) / 6)^alpha, Wu et al. 2016 eq. 14 (the paper's, section 6)
-    HF = "hf"  # |Y|^alpha, Hugging Face `transformers`' length_penalty (Marian / opus-mt)
-
-
-class EarlyStopping(str, Enum):
-    """When beam search stops extending a sentence (besides reaching its longest output).
-
-    EXACT: K hypotheses have finished, or earlier, when no live hypothesis can still
-        enter the n-best list (a true bound). The n-best equal those of `transformers`'
-        `early_stopping=True`.
-    HEURISTIC: K have finished and the best live hypothesis, normalised at its
-        current length, scores no better than the worst finished one (`transformers`'
-        `early_stopping=False`, its default and Marian's). Not a bound: a longer
-        hypothesis could still have won.
-    NEVER: as HEURISTIC, normalised at the longest output length (`transformers`'
-        `early_stopping="never"`).
-    """
-
-    EXACT = "exact"
-    HEURISTIC = "heuristic"
-    NEVER = "never"
 
 
 def length_penalty(

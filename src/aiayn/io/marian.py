@@ -45,7 +45,14 @@ import sentencepiece as spm
 import torch
 from safetensors.torch import load_file
 
-from aiayn.config import MAX_ALPHA, MAX_BEAM, Activation, ModelConfig
+from aiayn.config import (
+    MAX_ALPHA,
+    MAX_BEAM,
+    Activation,
+    EarlyStopping,
+    LengthPenalty,
+    ModelConfig,
+)
 from aiayn.files import write_atomic, write_fresh_dir
 from aiayn.io.checkpoint import WEIGHTS_FILE, save_model
 from aiayn.io.hf_config import (
@@ -404,8 +411,7 @@ class MarianGeneration:
         length_penalty: finished beams score sum log-prob / length ** length_penalty,
             length counting the generated tokens, eos included.
         bad_word_ids: single tokens never generated (the pad id among them).
-        early_stopping: early_stopping, as the value of an
-            `aiayn.inference.search.EarlyStopping` ("exact", "heuristic" or "never").
+        early_stopping: early_stopping, as an `EarlyStopping`.
         forced_eos: forced_eos_token_id is the eos id: at max_length - 1 eos is
             forced, with log-probability 0.
         renormalize: renormalize_logits.
@@ -415,28 +421,30 @@ class MarianGeneration:
     max_length: int = 512
     length_penalty: float = 1.0
     bad_word_ids: tuple[int, ...] = ()
-    early_stopping: str = "heuristic"
+    early_stopping: EarlyStopping = EarlyStopping.HEURISTIC
     forced_eos: bool = True
     renormalize: bool = False
 
     def __post_init__(self) -> None:
-        if self.early_stopping not in _EARLY_STOPPING_VALUES:
+        try:
+            early_stopping = EarlyStopping(self.early_stopping)
+        except ValueError:
             raise MarianFormatError(
                 f"early_stopping {self.early_stopping!r}: not one of "
-                + ", ".join(_EARLY_STOPPING_VALUES)
-            )
-        object.__setattr__(self, "early_stopping", str(self.early_stopping))
+                + ", ".join(member.value for member in EarlyStopping)
+            ) from None
+        object.__setattr__(self, "early_stopping", early_stopping)
         object.__setattr__(self, "bad_word_ids", tuple(int(i) for i in self.bad_word_ids))
 
     def search_settings(self) -> dict[str, Any]:
         """The `aiayn.inference.search.DecodeConfig` fields that search as `transformers`'
-        `generate` does (`DecodeConfig(**settings)`; enums by their values)."""
+        `generate` does (`DecodeConfig(**settings)`)."""
         return {
             "beam": self.beam,
             "alpha": self.length_penalty,
             "extra_len": None,  # transformers limits only by max_length
             "max_output_len": self.max_length - 1,  # max_length counts the start token
-            "length_penalty": "hf",  # LengthPenalty.HF: |Y|^alpha
+            "length_penalty": LengthPenalty.HF,  # |Y|^alpha
             "early_stopping": self.early_stopping,
             "banned_ids": self.bad_word_ids,
             "renormalize": self.renormalize,
@@ -444,16 +452,13 @@ class MarianGeneration:
         }
 
 
-_EARLY_STOPPING_VALUES = ("exact", "heuristic", "never")  # aiayn.inference.search.EarlyStopping
-
-
-def _early_stopping(value: bool | str | None) -> str:
+def _early_stopping(value: bool | str | None) -> EarlyStopping:
     if value is True:
-        return "exact"  # the same n-best as waiting for K finished
+        return EarlyStopping.EXACT  # the same n-best as waiting for K finished
     if value == "never":
-        return "never"
+        return EarlyStopping.NEVER
     if value in (False, None):
-        return "heuristic"
+        return EarlyStopping.HEURISTIC
     raise MarianFormatError(f"generation field early_stopping={value!r}: not True, False or never")
 
 
