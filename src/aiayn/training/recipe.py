@@ -2,7 +2,7 @@
 
     data:                     # where the examples come from and what is learned
       corpus: DIR             #   a directory from `aiayn prepare`
-      task: translation       #   a key of `aiayn.training.tasks.TASKS` (default: translation)
+      task: translation       #   a name in `aiayn.training.tasks.TASKS` (default: the shape's task)
     model: {preset: base, ...}   # `ModelConfig` fields (preset: tiny | base | big | gpt | bert)
     train: {max_steps: ..., ...} # `TrainConfig` fields
 
@@ -43,7 +43,7 @@ class Recipe:
             vocab_size and the special ids come from the corpus's subword model
             when absent.
         train: the training settings.
-        task: what the model learns, a key of `aiayn.training.tasks.TASKS`.
+        task: what the model learns, a name in `aiayn.training.tasks.TASKS`.
     """
 
     corpus: Path
