@@ -105,8 +105,12 @@ def test_the_budget_counts_the_batches_the_run_read(runs):
     )
     fp32 = budget["peak"]["float32"]
     assert fp32["shape"] == [1024, 1024, 1024] and fp32["gflops"] > 0
+    # Recomputed from the unrounded FLOPs: the recorded GFLOP/s is rounded to 0.1, which on a
+    # six-step run of a few GFLOP/s moves the percentage by more than its own rounding.
+    achieved = budget["matmul_flops"] / seconds / 1e9
+    assert budget["achieved_gflops"] == pytest.approx(achieved, abs=0.051)
     assert fp32["percent_reached"] == pytest.approx(
-        100 * budget["achieved_gflops"] / fp32["gflops"], rel=0.02, abs=0.1
+        100 * achieved / fp32["gflops"], rel=0.01, abs=0.051
     )
     assert output.count("budget: 6 steps") == 1
 
