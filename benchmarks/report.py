@@ -852,6 +852,122 @@ def quality() -> str:
     return "\n\n".join([table(headers, lines, left=1), notes, source("quality", data)])
 
 
+def quality_seeds() -> str:
+    """Each precision against fp32 on several runs: the paired-bootstrap difference per run."""
+    data = load("quality-seeds")
+    runs = data["runs"]
+    settings = [r["setting"] for r in runs[0]["results"]]
+    by = [{r["setting"]: r for r in run["results"]} for run in runs]
+    n = runs[0]["sentences"]
+    headers = [
+        "setting",
+        *[f"seed {run['seed']}" for run in runs],
+        "greedy output identical to fp32's",
+    ]
+    lines = [
+        [
+            "fp32 (BLEU)",
+            *[f"{rows['fp32']['bleu']:.2f}" for rows in by],
+            f"{n}/{n} in each run",
+        ]
+    ]
+    for setting in settings[1:]:
+        cells = [
+            f"{r['vs_fp32']:+.2f} [{r['vs_fp32_low']:+.2f}, {r['vs_fp32_high']:+.2f}], "
+            f"p {r['p_value']:.2f}"
+            for r in (rows[setting] for rows in by)
+        ]
+        same = [rows[setting]["greedy_same_as_fp32"] for rows in by]
+        greedy = ", ".join(f"{100 * s / n:.1f}%" for s in same)
+        lines.append([QUALITY_LABELS.get(setting, setting), *cells, greedy])
+    notes = (
+        f"Each cell: the setting's sacreBLEU minus fp32's on the same run, [its 95% interval], "
+        f"and sacreBLEU's paired bootstrap p-value ({data['resamples']:,} resamples of the "
+        f"{n} {data['split']} verses). Beam {data['beam']}, alpha {data['alpha']:g} (the "
+        f"quickstart's decoding), the weights the quickstart scores "
+        f"({weights_label(runs[0]['weights_rule'])}); the last column decodes greedily "
+        f"(sacreBLEU {runs[0]['bleu_signature']}). int8 quantizes products of "
+        f"{data['int8_min_elements']:,} weights and more (`INT8_MIN_ELEMENTS`)."
+        + (f" The runs: {data['note']}" if data.get("note") else "")
+    )
+    return "\n\n".join([table(headers, lines, left=1), notes, source("quality-seeds", data)])
+
+
+def valid_runs(data: dict[str, Any]) -> dict[tuple[str, ...], list[dict[str, Any]]]:
+    """The runs of a valid sweep, grouped by their recipe overrides (() is the recipe)."""
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for run in data["runs"]:
+        groups.setdefault(tuple(run["overrides"]), []).append(run)
+    return groups
+
+
+def valid_bleu(run: dict[str, Any], beam: int, alpha: float) -> float | None:
+    found = [s["bleu"] for s in run["searches"] if s["beam"] == beam and s["alpha"] == alpha]
+    return found[0] if found else None
+
+
+def median_span(values: list[float]) -> str:
+    """'21.40' for one value, '21.40 (20.95-22.10)' for several: the median and range."""
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def valid_variants() -> str:
+    """Recipe variants against the recipe, on the valid split, at the quickstart's decoding."""
+    data = load("valid-sweep")
+    groups = valid_runs(data)
+    lines = []
+    for overrides, runs in sorted(groups.items(), key=lambda item: len(item[0])):
+        label = "the recipe" if not overrides else ", ".join(f"`{o}`" for o in overrides)
+        lines.append(
+            [
+                label,
+                ", ".join(str(r["seed"]) for r in runs),
+                f"{statistics.median(r['parameters'] for r in runs) / 1e6:.1f}M",
+                f"{statistics.median(r['steps'] for r in runs):,.0f}",
+                median_span([r["best_valid_loss"] for r in runs]),
+                median_span([valid_bleu(r, 1, 0.0) for r in runs]),
+                median_span([valid_bleu(r, 8, 1.0) for r in runs]),
+            ]
+        )
+    headers = [
+        "recipe",
+        "seeds",
+        "parameters",
+        "updates",
+        "best valid loss",
+        "valid BLEU, greedy",
+        "valid BLEU, beam 8 alpha 1",
+    ]
+    runs = data["runs"]
+    notes = (
+        f"Valid split ({runs[0]['sentences']} verses), the weights the quickstart scores "
+        f"({weights_label(runs[0]['weights_rule'])}), sacreBLEU {runs[0]['bleu_signature']}; "
+        "median (range) over the seeds where there are several. "
+        f"{runs[0]['minutes']:g} minutes of training each. " + data.get("note", "")
+    )
+    return "\n\n".join([table(headers, lines, left=2), notes, source("valid-sweep", data)])
+
+
+def valid_searches() -> str:
+    """Valid BLEU of the recipe's runs under each beam and length penalty."""
+    data = load("valid-sweep")
+    runs = valid_runs(data).get((), [])
+    searches = [(s["beam"], s["alpha"]) for s in runs[0]["searches"]] if runs else []
+    lines = []
+    for beam, alpha in searches:
+        scores = [valid_bleu(r, beam, alpha) for r in runs]
+        search = "greedy" if beam == 1 else f"beam {beam}, alpha {alpha:g}"
+        mark = " (the quickstart's)" if (beam, alpha) == (8, 1.0) else ""
+        lines.append(
+            [search + mark, *[f"{v:.2f}" for v in scores], f"{statistics.median(scores):.2f}"]
+        )
+    headers = ["search", *[f"seed {r['seed']}" for r in runs], "median"]
+    notes = "The recipe's runs of the table above, valid split, the same weights."
+    return "\n\n".join([table(headers, lines, left=1), notes, source("valid-sweep", data)])
+
+
 def int8_kernels() -> str:
     """Each int8 candidate's speed against float32, per weight shape and row count."""
     data = load("int8-kernels")
@@ -1117,6 +1233,9 @@ TABLES: dict[str, Callable[[], str]] = {
     "quickstart": quickstart,
     "train-profile": train_profile,
     "quality": quality,
+    "quality-seeds": quality_seeds,
+    "valid-variants": valid_variants,
+    "valid-searches": valid_searches,
     "memory": memory,
     "int8-kernels": int8_kernels,
     "train-profile-bf16": lambda: train_profile("train-profile-bf16"),
@@ -1133,6 +1252,9 @@ WHEN = {
     "quickstart": has_quickstart_runs,
     "train-profile": lambda: (RESULTS / "train-profile.json").exists(),
     "quality": lambda: (RESULTS / "quality.json").exists(),
+    "quality-seeds": lambda: (RESULTS / "quality-seeds.json").exists(),
+    "valid-variants": lambda: (RESULTS / "valid-sweep.json").exists(),
+    "valid-searches": lambda: (RESULTS / "valid-sweep.json").exists(),
     "memory": lambda: (RESULTS / "memory.json").exists(),
     "int8-kernels": lambda: (RESULTS / "int8-kernels.json").exists(),
     "train-profile-bf16": lambda: (RESULTS / "train-profile-bf16.json").exists(),

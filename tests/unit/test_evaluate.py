@@ -112,3 +112,89 @@ def test_cli_evaluate_writes_hypotheses_and_scores(tmp_path: Path) -> None:
     assert usage.exit_code == 1 and "--split NAME or both --src" in usage.stderr
     missing = CliRunner().invoke(app, ["evaluate", str(run), "--split", "test"])
     assert missing.exit_code == 1 and "config.yaml is missing" in missing.stderr
+
+
+# ----- the paired bootstrap ---------------------------------------------------------------
+
+WORDS = [
+    "in",
+    "the",
+    "beginning",
+    "god",
+    "created",
+    "heavens",
+    "and",
+    "earth",
+    "was",
+    "formless",
+    "empty",
+    "darkness",
+]
+
+
+def noisy_corpus(n: int, seed: int) -> tuple[list[str], list[str]]:
+    """`n` references of 8-14 words and hypotheses that change some of their words."""
+    import random
+
+    rng = random.Random(seed)
+    refs, hyps = [], []
+    for _ in range(n):
+        ref = [rng.choice(WORDS) for _ in range(rng.randint(8, 14))]
+        hyp = [w if rng.random() < 0.7 else rng.choice(WORDS) for w in ref]
+        refs.append(" ".join(ref))
+        hyps.append(" ".join(hyp))
+    return hyps, refs
+
+
+def test_summed_sentence_statistics_give_sacrebleus_corpus_score() -> None:
+    from aiayn.training.evaluate import _corpus_bleu, _sentence_statistics
+
+    hyps, refs = noisy_corpus(40, seed=1)
+    stats = _sentence_statistics(hyps, refs)
+    assert stats.shape == (40, 10)
+    whole = _corpus_bleu(stats.sum(axis=0, keepdims=True))[0]
+    assert whole == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score, abs=1e-9)
+    half = _corpus_bleu(stats[:20].sum(axis=0, keepdims=True))[0]
+    assert half == pytest.approx(sacrebleu.corpus_bleu(hyps[:20], [refs[:20]]).score, abs=1e-9)
+
+
+def test_paired_bootstrap_of_a_clearly_better_system() -> None:
+    from aiayn.training.evaluate import paired_bootstrap
+
+    better, refs = noisy_corpus(60, seed=2)
+    worse = [" ".join(reversed(h.split())) for h in better]  # same words, broken order
+    result = paired_bootstrap(worse, better, refs, resamples=300)
+    expected = (
+        sacrebleu.corpus_bleu(better, [refs]).score - sacrebleu.corpus_bleu(worse, [refs]).score
+    )
+    assert result.difference == pytest.approx(expected, abs=1e-9)
+    assert result.system_bleu == pytest.approx(sacrebleu.corpus_bleu(better, [refs]).score)
+    assert 0 < result.low < result.difference < result.high
+    assert result.p_value < 0.01
+    assert result.resamples == 300
+
+
+def test_paired_bootstrap_of_a_system_against_itself_is_zero_everywhere() -> None:
+    from aiayn.training.evaluate import paired_bootstrap
+
+    hyps, refs = noisy_corpus(30, seed=3)
+    result = paired_bootstrap(hyps, hyps, refs, resamples=100)
+    assert result.difference == 0 and result.low == 0 and result.high == 0
+
+
+def test_paired_bootstrap_of_a_small_change_is_not_significant() -> None:
+    from aiayn.training.evaluate import paired_bootstrap
+
+    hyps, refs = noisy_corpus(80, seed=4)
+    changed = [*hyps[:-1], hyps[-1] + " the"]  # one word more in one sentence of 80
+    result = paired_bootstrap(hyps, changed, refs, resamples=300)
+    assert result.low <= result.difference <= result.high
+    assert result.low < 0 < result.high or result.difference == 0
+    assert result.p_value > 0.05
+
+
+def test_paired_bootstrap_refuses_lists_of_different_lengths() -> None:
+    from aiayn.training.evaluate import paired_bootstrap
+
+    with pytest.raises(ValueError):
+        paired_bootstrap(["a b"], ["a b", "c"], ["a b"])

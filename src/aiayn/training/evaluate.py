@@ -17,7 +17,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.significance import PairedTest
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
 from aiayn.files import lines_text, write_atomic
@@ -106,6 +108,101 @@ def score(hypotheses: Sequence[str], references: Sequence[str]) -> Scores:
         chrf_signature=str(chrf.get_signature()),
         tokenized_bleu=tokenized_bleu(hypotheses, references),
         sentences=len(hyps),
+    )
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """How a system's sacreBLEU differs from a baseline's on the same sentences.
+
+    Attributes:
+        baseline_bleu, system_bleu: their corpus sacreBLEU, 0-100.
+        difference: system_bleu - baseline_bleu.
+        low, high: the 95% interval of the difference (2.5th and 97.5th percentiles over
+            the resamples: each resample draws the sentences with replacement, the same
+            draw for both systems, and scores both on it).
+        p_value: sacreBLEU's paired bootstrap test (`PairedTest`, "bs"; Koehn 2004):
+            the chance of a difference at least this large if the systems were equal.
+        resamples: the number of resamples of both.
+    """
+
+    baseline_bleu: float
+    system_bleu: float
+    difference: float
+    low: float
+    high: float
+    p_value: float
+    resamples: int
+
+
+def _sentence_statistics(hypotheses: Sequence[str], references: Sequence[str]) -> np.ndarray:
+    """BLEU's sufficient statistics per sentence: (N, 2 + 2 * 4) as sys_len, ref_len,
+    the n-gram matches and the n-gram totals for n = 1..4 (they add over sentences)."""
+    bleu = BLEU(effective_order=True)  # counts only; the order is applied at corpus level
+    rows = []
+    for hypothesis, reference in zip(hypotheses, references, strict=True):
+        s = bleu.sentence_score(hypothesis, [reference])
+        rows.append([s.sys_len, s.ref_len, *s.counts, *s.totals])
+    return np.array(rows, dtype=np.int64)
+
+
+def _corpus_bleu(statistics: np.ndarray) -> np.ndarray:
+    """Corpus sacreBLEU (its defaults: exp smoothing) of summed statistics, per row."""
+    return np.array(
+        [
+            BLEU.compute_bleu(
+                row[2:6].tolist(), row[6:10].tolist(), int(row[0]), int(row[1]), "exp"
+            ).score
+            for row in statistics
+        ]
+    )
+
+
+def paired_bootstrap(
+    baseline: Sequence[str],
+    system: Sequence[str],
+    references: Sequence[str],
+    resamples: int = 1000,
+    seed: int = 12345,
+) -> PairedDifference:
+    """The difference in sacreBLEU between `system` and `baseline`, with its 95% interval
+    and sacreBLEU's paired bootstrap p-value (both over `resamples` resamples).
+
+    `seed` draws the interval's resamples; sacreBLEU's test draws its own from the
+    SACREBLEU_SEED environment variable (12345 unless set), as its command line does.
+
+    Raises:
+        ValueError: lists of different lengths, or empty ones.
+    """
+    _check(baseline, references)
+    _check(system, references)
+    base_stats = _sentence_statistics(baseline, references)
+    system_stats = _sentence_statistics(system, references)
+    rows = np.random.default_rng(seed).choice(
+        len(references), size=(resamples, len(references)), replace=True
+    )
+    differences = _corpus_bleu(system_stats[rows].sum(axis=1)) - _corpus_bleu(
+        base_stats[rows].sum(axis=1)
+    )
+    base_bleu = float(_corpus_bleu(base_stats.sum(axis=0, keepdims=True))[0])
+    system_bleu = float(_corpus_bleu(system_stats.sum(axis=0, keepdims=True))[0])
+    test = PairedTest(
+        [("baseline", list(baseline)), ("system", list(system))],
+        {"BLEU": BLEU()},
+        [list(references)],
+        test_type="bs",
+        n_samples=resamples,
+    )
+    _, results = test()
+    low, high = np.percentile(differences, [2.5, 97.5])
+    return PairedDifference(
+        baseline_bleu=base_bleu,
+        system_bleu=system_bleu,
+        difference=system_bleu - base_bleu,
+        low=float(low),
+        high=float(high),
+        p_value=float(results["BLEU"][1].p_value),
+        resamples=resamples,
     )
 
 
