@@ -111,12 +111,14 @@ def source(
     data: dict[str, Any] | None = None,
     record: str | None = None,
     needs_quiet: bool = False,
+    timed: bool = True,
 ) -> str:
     """One line: where a table's figures come from, and what that file does not record;
     then, on a line of its own, `load_mark`'s mark where there is one.
 
     `record`: the key of the file's sub-record the table comes from, if not the whole file.
     `needs_quiet`: the table's figures need a quiet machine (see `load_mark`).
+    `timed`: False for a table of scores (BLEU), which the load cannot move: no mark.
     """
     data = load(name) if data is None else data
     said = [f"`benchmarks/results/{name}.json`" + (f" record `{record}`" if record else "")]
@@ -164,7 +166,7 @@ def source(
             + ", ".join(missing)
             + "."
         )
-    mark = load_mark(data, needs_quiet)
+    mark = load_mark(data, needs_quiet) if timed else None
     return line if mark is None else f"{line}\n\n{mark}"
 
 
@@ -885,12 +887,13 @@ def quality_seeds() -> str:
         f"and sacreBLEU's paired bootstrap p-value ({data['resamples']:,} resamples of the "
         f"{n} {data['split']} verses). Beam {data['beam']}, alpha {data['alpha']:g} (the "
         f"quickstart's decoding), the weights the quickstart scores "
-        f"({weights_label(runs[0]['weights_rule'])}); the last column decodes greedily "
+        f"({weights_label(runs[0]['weights_rule']).replace('(', '').replace(')', '')}); the "
+        "last column decodes greedily "
         f"(sacreBLEU {runs[0]['bleu_signature']}). int8 quantizes products of "
         f"{data['int8_min_elements']:,} weights and more (`INT8_MIN_ELEMENTS`)."
         + (f" The runs: {data['note']}" if data.get("note") else "")
     )
-    return "\n\n".join([table(headers, lines, left=1), notes, source("quality-seeds", data)])
+    return "\n\n".join([table(headers, lines, left=1), notes, source("quality-seeds", data, timed=False)])
 
 
 def valid_runs(data: dict[str, Any]) -> dict[tuple[str, ...], list[dict[str, Any]]]:
@@ -943,11 +946,12 @@ def valid_variants() -> str:
     runs = data["runs"]
     notes = (
         f"Valid split ({runs[0]['sentences']} verses), the weights the quickstart scores "
-        f"({weights_label(runs[0]['weights_rule'])}), sacreBLEU {runs[0]['bleu_signature']}; "
+        f"({weights_label(runs[0]['weights_rule']).replace('(', '').replace(')', '')}), "
+        f"sacreBLEU {runs[0]['bleu_signature']}; "
         "median (range) over the seeds where there are several. "
         f"{runs[0]['minutes']:g} minutes of training each. " + data.get("note", "")
     )
-    return "\n\n".join([table(headers, lines, left=2), notes, source("valid-sweep", data)])
+    return "\n\n".join([table(headers, lines, left=2), notes, source("valid-sweep", data, timed=False)])
 
 
 def valid_searches() -> str:
@@ -965,7 +969,7 @@ def valid_searches() -> str:
         )
     headers = ["search", *[f"seed {r['seed']}" for r in runs], "median"]
     notes = "The recipe's runs of the table above, valid split, the same weights."
-    return "\n\n".join([table(headers, lines, left=1), notes, source("valid-sweep", data)])
+    return "\n\n".join([table(headers, lines, left=1), notes, source("valid-sweep", data, timed=False)])
 
 
 def int8_kernels() -> str:
