@@ -123,7 +123,9 @@ def test_a_run_written_before_position_options_resumes(tmp_path):
 
 def test_mlm_takes_its_masking_rates_from_the_recipe():
     values = {**VALUES, "model": {"preset": "bert"}}
-    recipe = recipe_from_dict(values, ["data.task_options={select: 0.5, to_mask: 1.0, to_random: 0}"])
+    recipe = recipe_from_dict(
+        values, ["data.task_options={select: 0.5, to_mask: 1.0, to_random: 0}"]
+    )
     assert recipe.task == "mlm"
     assert recipe.task_options == {"select": 0.5, "to_mask": 1.0, "to_random": 0}
     assert recipe.to_dict()["data"]["task_options"] == recipe.task_options
@@ -157,3 +159,10 @@ def test_task_options_are_refused_by_name(task, options, message):
     with pytest.raises(ValueError, match=message):
         recipe = recipe_from_dict(VALUES, overrides)
         build_task(recipe.task, ModelConfig.bert(vocab_size=100), recipe.task_options)
+
+
+def test_kernel_options_are_checked_the_same_way():
+    cfg = ModelConfig.tiny(40, attention_options={"window": 3})
+    message = r"attention_options: attention kernel 'sdpa' takes no option 'window'; it takes: none"
+    with pytest.raises(ValueError, match=message):
+        build_model(cfg)

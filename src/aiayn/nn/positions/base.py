@@ -151,7 +151,8 @@ def build_positions(name: str, cfg: ModelConfig, causal: bool) -> PositionScheme
             names), or an option the scheme does not declare.
         TypeError: if the factory returns something other than a `PositionScheme`.
     """
-    given = cfg.position_options if name == cfg.positional else ()
+    chosen = getattr(cfg, "positional", None) == name  # cfg may hold only the sizes
+    given = getattr(cfg, "position_options", ()) if chosen else ()
     options = POSITIONS.options(name, dict(given))
     scheme = POSITIONS.get(name)(cfg, causal, **options)
     if not isinstance(scheme, PositionScheme):
