@@ -277,6 +277,8 @@ class ModelConfig:
             sdpa, explicit, sliding_window, or a plug-in's. Checked when the model is built.
         attention_options: the kernel's own settings, a mapping (stored as sorted
             (name, value) pairs); the kernel declares which names it takes.
+        position_options: the position scheme's own settings, likewise (relative:
+            num_buckets, max_distance; rotary: base); the scheme declares their names.
         attention_window: sliding_window only: keys within this many positions.
         global_tokens: sliding_window only: the first this many positions attend
             and are attended everywhere.
@@ -342,11 +344,13 @@ class ModelConfig:
     eos_id: int = 2
     architecture: str = "encoder_decoder"
     kept_heads: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    position_options: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         set_field = object.__setattr__  # frozen: derived defaults are filled in once, here
-        if isinstance(self.attention_options, Mapping):
-            set_field(self, "attention_options", tuple(self.attention_options.items()))
+        for name in ("attention_options", "position_options"):
+            if isinstance(getattr(self, name), Mapping):
+                set_field(self, name, tuple(getattr(self, name).items()))
         check_field_types(self)
         for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len"):
             _positive(name, getattr(self, name))
@@ -366,7 +370,8 @@ class ModelConfig:
         # Plug-in names (attention, positional, architecture) are checked when the model is
         # built, by the registries of the layers that own them.
         set_field(self, "attention", str(getattr(self.attention, "value", self.attention)))
-        set_field(self, "attention_options", self._checked_options())
+        set_field(self, "attention_options", self._checked_options("attention_options"))
+        set_field(self, "position_options", self._checked_options("position_options"))
         _positive("attention_window", self.attention_window)
         if self.global_tokens < 0:
             raise ValueError(f"ModelConfig.global_tokens must be >= 0, got {self.global_tokens}")
@@ -437,18 +442,19 @@ class ModelConfig:
         """The kept heads' key/value heads of a pruned sub-layer, or None if it has them all."""
         return dict(self.kept_heads).get(sublayer)
 
-    def _checked_options(self) -> tuple[tuple[str, Any], ...]:
-        """`attention_options` as sorted (name, value) pairs (JSON gives lists)."""
+    def _checked_options(self, field: str) -> tuple[tuple[str, Any], ...]:
+        """A plug-in's options (`attention_options`, `position_options`) as sorted
+        (name, value) pairs (JSON gives lists)."""
         pairs = []
-        for entry in self.attention_options:
+        for entry in getattr(self, field):
             if len(entry) != 2 or not isinstance(entry[0], str):
                 raise ValueError(
-                    f"ModelConfig.attention_options must map option names to values, got {entry!r}"
+                    f"ModelConfig.{field} must map option names to values, got {entry!r}"
                 )
             pairs.append((entry[0], entry[1]))
         names = [name for name, _ in pairs]
         if len(set(names)) != len(names):
-            raise ValueError(f"ModelConfig.attention_options names an option twice: {names}")
+            raise ValueError(f"ModelConfig.{field} names an option twice: {names}")
         return tuple(sorted(pairs))
 
     # ----- presets (Table 3) -------------------------------------------------

@@ -28,6 +28,13 @@ third-party package's pyproject.toml:
 An entry point may also name the plug-in object itself (`"my_package.kernels:MyKernel"`);
 it is then registered under the entry point's name. An unknown name is refused with
 the names that are registered; nothing falls back to another plug-in.
+
+A plug-in takes its own settings from its section of the configuration
+(`ModelConfig.attention_options`, `ModelConfig.position_options`, a recipe's
+`data.task_options`): it declares their names (a class's `options` attribute, or
+`register(name, options=(...))` for a factory function) and receives them as keyword
+arguments; `Registry.options` refuses a name the plug-in does not declare, and the
+plug-in checks the values.
 """
 
 from __future__ import annotations
@@ -37,9 +44,9 @@ import importlib.metadata
 import logging
 import pkgutil
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from types import ModuleType
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -59,17 +66,28 @@ class Registry(Generic[T]):
             plug-ins; each is imported on first use.
         group: the entry-point group through which installed packages add plug-ins.
         setting: the setting that names a plug-in ("ModelConfig.attention"), for messages.
+        options_setting: the setting that holds the chosen plug-in's own options
+            ("ModelConfig.attention_options"), for messages.
     """
 
-    def __init__(self, kind: str, package: str, group: str, setting: str = "") -> None:
+    def __init__(
+        self, kind: str, package: str, group: str, setting: str = "", options_setting: str = ""
+    ) -> None:
         self.kind, self.package, self.group, self.setting = kind, package, group, setting
+        self.options_setting = options_setting
         self._entries: dict[str, T] = {}
         self._origins: dict[str, str] = {}  # name -> the module that registered it
         self._discovered = False
         self._lock = threading.RLock()
 
-    def register(self, name: str) -> Callable[[T], T]:
+    def register(self, name: str, options: tuple[str, ...] | None = None) -> Callable[[T], T]:
         """A decorator that registers its argument (a class or a factory) under `name`.
+
+        Args:
+            name: the name the setting gives.
+            options: the names of the plug-in's own settings, which it takes as keyword
+                arguments; set as its `options` attribute (a class may declare that
+                attribute itself instead).
 
         Raises:
             ValueError: `name` is empty, has surrounding spaces, or is taken.
@@ -80,6 +98,8 @@ class Registry(Generic[T]):
             )
 
         def add(entry: T) -> T:
+            if options is not None:
+                entry.options = tuple(options)  # type: ignore[attr-defined]
             self.add(name, entry)
             return entry
 
@@ -121,6 +141,25 @@ class Registry(Generic[T]):
             raise UnknownPlugin(
                 f"unknown {self.kind} {name!r}{where}; registered: {', '.join(self.names())}"
             ) from None
+
+    def options(self, name: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
+        """`given` as a dict, checked against the options plug-in `name` declares.
+
+        Raises:
+            UnknownPlugin: no plug-in of this kind has that name.
+            ValueError: an option the plug-in does not declare (the message names the
+                setting and the options it takes).
+        """
+        declared = tuple(getattr(self.get(name), "options", ()))
+        given = dict(given or {})
+        unknown = sorted(set(given) - set(declared))
+        if unknown:
+            where = f"{self.options_setting}: " if self.options_setting else ""
+            raise ValueError(
+                f"{where}{self.kind} {name!r} takes no option {', '.join(map(repr, unknown))}; "
+                f"it takes: {', '.join(declared) or 'none'}"
+            )
+        return given
 
     def names(self) -> tuple[str, ...]:
         """The registered names, sorted."""

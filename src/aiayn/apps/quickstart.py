@@ -373,7 +373,9 @@ def run_budget(
     cfg = loaded.model_config(
         tokenizer.vocab_size, tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id
     )
-    data = build_task(loaded.task, cfg).build_data(corpus, tokenizer, loaded.train, DistEnv())
+    data = build_task(loaded.task, cfg, loaded.task_options).build_data(
+        corpus, tokenizer, loaded.train, DistEnv()
+    )
     if not isinstance(data.train, TokenBatcher):
         log.info("no budget: task %s does not batch pairs", loaded.task)
         return None

@@ -3,6 +3,7 @@
     data:                     # where the examples come from and what is learned
       corpus: DIR             #   a directory from `aiayn prepare`
       task: translation       #   a name in `aiayn.training.tasks.TASKS` (default: the shape's task)
+      task_options: {}        #   the task's own settings (mlm: select, to_mask, to_random)
     model: {preset: base, ...}   # `ModelConfig` fields (preset: tiny | base | big | gpt | bert)
     train: {max_steps: ..., ...} # `TrainConfig` fields
 
@@ -27,10 +28,10 @@ from aiayn.training.tasks import DEFAULT_TASK, TASKS
 
 CONFIG_FILE = "config.yaml"
 PRESETS = ("tiny", "base", "big", "gpt", "bert")
-DATA_KEYS = ("corpus", "task")
+DATA_KEYS = ("corpus", "task", "task_options")
 RESUMABLE_KEYS = ("train.max_steps", "train.max_epochs", "train.max_minutes")
 # Keys added after runs were made: a run's config.yaml without one holds this value.
-ADDED_KEYS = {"data.task": DEFAULT_TASK}
+ADDED_KEYS = {"data.task": DEFAULT_TASK, "data.task_options": {}}
 
 
 @dataclass(frozen=True)
@@ -44,12 +45,14 @@ class Recipe:
             when absent.
         train: the training settings.
         task: what the model learns, a name in `aiayn.training.tasks.TASKS`.
+        task_options: the task's own settings, by the names it declares (`options`).
     """
 
     corpus: Path
     model: dict[str, Any] = field(default_factory=dict)
     train: TrainConfig = field(default_factory=lambda: TrainConfig(max_epochs=1))
     task: str = DEFAULT_TASK
+    task_options: dict[str, Any] = field(default_factory=dict)
 
     def model_config(self, vocab_size: int, pad_id: int, bos_id: int, eos_id: int) -> ModelConfig:
         """The `ModelConfig` for a tokenizer with these sizes and ids.
@@ -76,7 +79,11 @@ class Recipe:
     def to_dict(self) -> dict[str, Any]:
         """The recipe as YAML-ready plain types."""
         return {
-            "data": {"corpus": str(self.corpus), "task": self.task},
+            "data": {
+                "corpus": str(self.corpus),
+                "task": self.task,
+                "task_options": dict(self.task_options),
+            },
             "model": dict(self.model),
             "train": self.train.to_dict(),
         }
@@ -150,11 +157,26 @@ def recipe_from_dict(
         raise ValueError(
             f"{where}: data.task must be one of {', '.join(TASKS.names())}, got {task!r}"
         )
+    task_options = data.get("task_options") or {}
+    if not isinstance(task_options, dict) or not all(isinstance(k, str) for k in task_options):
+        raise ValueError(
+            f"{where}: data.task_options must map option names to values, got {task_options!r}"
+        )
+    try:
+        TASKS.options(task, task_options)
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from None
     try:
         train = TrainConfig(**sections["train"])
     except TypeError as err:
         raise ValueError(f"{where}: train: {err}") from None
-    return Recipe(corpus=corpus.resolve(), model=sections["model"], train=train, task=task)
+    return Recipe(
+        corpus=corpus.resolve(),
+        model=sections["model"],
+        train=train,
+        task=task,
+        task_options=dict(task_options),
+    )
 
 
 def _sections(values: Any, where: str) -> dict[str, dict[str, Any]]:

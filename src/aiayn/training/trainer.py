@@ -541,7 +541,7 @@ def train_from_recipe(
     joined = not distributed.active()
     env = distributed.setup(device_)
     try:
-        task = build_task(recipe.task, cfg)
+        task = build_task(recipe.task, cfg, recipe.task_options)
         data = task.build_data(corpus, tokenizer, recipe.train, env)
         torch.manual_seed(recipe.train.seed)
         model = build_model(cfg)  # the class named by cfg.architecture (aiayn.models)

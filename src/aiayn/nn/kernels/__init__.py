@@ -163,7 +163,11 @@ class FunctionKernel(Kernel):
 
 
 KERNELS: Registry[type[Kernel]] = Registry(
-    "attention kernel", __name__, "aiayn.kernels", "ModelConfig.attention"
+    "attention kernel",
+    __name__,
+    "aiayn.kernels",
+    "ModelConfig.attention",
+    "ModelConfig.attention_options",
 )
 
 
@@ -185,16 +189,10 @@ def kernel_options(cfg: ModelConfig) -> dict[str, Any]:
     Raises:
         ValueError: an option the kernel does not take, naming the ones it does.
     """
-    kind = kernel_class(cfg.attention)
-    options = dict(cfg.attention_options)
-    unknown = sorted(set(options) - set(kind.options))
-    if unknown:
-        takes = ", ".join(kind.options) or "none"
-        raise ValueError(
-            f"ModelConfig.attention_options: attention {cfg.attention!r} takes no option "
-            f"{', '.join(map(repr, unknown))} (it takes: {takes})"
-        )
-    return options
+    kernel_class(cfg.attention)  # a Kernel subclass, or refused
+    return KERNELS.options(
+        str(getattr(cfg.attention, "value", cfg.attention)), cfg.attention_options
+    )
 
 
 def build_kernel(cfg: ModelConfig) -> Kernel:

@@ -93,22 +93,32 @@ class PositionScheme(nn.Module):
         return type(self).attention_bias is not PositionScheme.attention_bias
 
 
-PositionFactory = Callable[["ModelConfig", bool], PositionScheme]
-"""(cfg, causal) -> scheme; causal is True for the decoder's self-attention stack."""
+PositionFactory = Callable[..., PositionScheme]
+"""(cfg, causal, **options) -> scheme; causal is True for the decoder's self-attention
+stack, and the options are the scheme's own (`ModelConfig.position_options`, the names
+it declares with `register(name, options=...)`)."""
 
 POSITIONS: Registry[PositionFactory] = Registry(
-    "position scheme", "aiayn.nn.positions", "aiayn.positions", "ModelConfig.positional"
+    "position scheme",
+    "aiayn.nn.positions",
+    "aiayn.positions",
+    "ModelConfig.positional",
+    "ModelConfig.position_options",
 )
 """The position schemes by `ModelConfig.positional`: every module of this package is
 imported on first use (see `aiayn.plugins`)."""
 
 
-def register(name: str) -> Callable[[PositionFactory], PositionFactory]:
+def register(
+    name: str, options: tuple[str, ...] = ()
+) -> Callable[[PositionFactory], PositionFactory]:
     """A decorator that registers a position scheme's factory under `name`
     (`POSITIONS.register`).
 
     Args:
         name: the value of `ModelConfig.positional` that selects the scheme.
+        options: the names of the scheme's own settings; the factory takes them as
+            keyword arguments, from `ModelConfig.position_options`.
 
     Returns:
         The decorator; it returns the factory unchanged.
@@ -116,7 +126,7 @@ def register(name: str) -> Callable[[PositionFactory], PositionFactory]:
     Raises:
         ValueError: if `name` is empty or already registered.
     """
-    return POSITIONS.register(name)
+    return POSITIONS.register(name, options)
 
 
 def registered() -> tuple[str, ...]:
@@ -129,17 +139,22 @@ def build_positions(name: str, cfg: ModelConfig, causal: bool) -> PositionScheme
 
     Args:
         name: a registered scheme name (`registered()` lists them).
-        cfg: the model's configuration; the factory reads the sizes it needs.
+        cfg: the model's configuration; the factory reads the sizes it needs, and gets
+            `cfg.position_options` as keyword arguments when `name` is `cfg.positional`.
         causal: True for the decoder's (masked) self-attention stack, False for the encoder's.
 
     Returns:
         A fresh `PositionScheme`.
 
     Raises:
-        ValueError: if no scheme is registered under `name`; the message lists the names.
+        ValueError: if no scheme is registered under `name` (the message lists the
+            names), or an option the scheme does not declare.
         TypeError: if the factory returns something other than a `PositionScheme`.
     """
-    scheme = POSITIONS.get(name)(cfg, causal)
+    chosen = getattr(cfg, "positional", None) == name  # cfg may hold only the sizes
+    given = getattr(cfg, "position_options", ()) if chosen else ()
+    options = POSITIONS.options(name, dict(given))
+    scheme = POSITIONS.get(name)(cfg, causal, **options)
     if not isinstance(scheme, PositionScheme):
         raise TypeError(
             f"the factory of position scheme {name!r} returned {type(scheme).__name__}, "

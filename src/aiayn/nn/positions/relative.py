@@ -147,6 +147,22 @@ class RelativePositionBias(PositionScheme):
         return self.bias(bucket).permute(2, 0, 1)  # (T, S, H) -> (H, T, S)
 
 
-@register("relative")
-def _relative(cfg: ModelConfig, causal: bool) -> PositionScheme:
-    return RelativePositionBias(n_heads=cfg.n_heads, d_model=cfg.d_model, bidirectional=not causal)
+@register("relative", options=("num_buckets", "max_distance"))
+def _relative(
+    cfg: ModelConfig,
+    causal: bool,
+    num_buckets: int = T5_NUM_BUCKETS,
+    max_distance: int = T5_MAX_DISTANCE,
+) -> PositionScheme:
+    for name, value in (("num_buckets", num_buckets), ("max_distance", max_distance)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError(
+                f"ModelConfig.position_options: relative {name} must be an integer, got {value!r}"
+            )
+    return RelativePositionBias(
+        n_heads=cfg.n_heads,
+        d_model=cfg.d_model,
+        bidirectional=not causal,
+        num_buckets=num_buckets,
+        max_distance=max_distance,
+    )

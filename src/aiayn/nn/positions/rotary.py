@@ -17,6 +17,7 @@ Shape legend: B batch, H heads, L positions, Dk query/key head size.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import torch
@@ -61,7 +62,7 @@ class RotaryPositions(PositionScheme):
         base: the base of theta_i = base^(-2i/d_k); RoFormer's 10000.
 
     Raises:
-        ValueError: if d_k is odd.
+        ValueError: if d_k is odd, or base is not a finite number above 1.
     """
 
     rotary = True
@@ -72,6 +73,8 @@ class RotaryPositions(PositionScheme):
             raise ValueError(
                 f"rotary positions rotate pairs of dimensions: d_k must be even, got {d_k}"
             )
+        if isinstance(base, bool) or not isinstance(base, int | float) or not 1 < base < math.inf:
+            raise ValueError(f"rotary base must be a finite number above 1, got {base!r}")
         self.d_k = d_k
         self.max_len = max_len
         angle = rotary_angles(max_len, d_k, base)
@@ -106,6 +109,6 @@ class RotaryPositions(PositionScheme):
         return (x32 * cos + half_turned * sin).to(x.dtype)
 
 
-@register("rotary")
-def _rotary(cfg: ModelConfig, causal: bool) -> PositionScheme:
-    return RotaryPositions(d_k=cfg.d_k, max_len=cfg.max_len)
+@register("rotary", options=("base",))
+def _rotary(cfg: ModelConfig, causal: bool, base: float = ROPE_BASE) -> PositionScheme:
+    return RotaryPositions(d_k=cfg.d_k, max_len=cfg.max_len, base=base)

@@ -13,6 +13,9 @@ methods of `Task`, decorated `@register_task`; no list names it:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from aiayn.config import ModelConfig
 from aiayn.training.tasks.base import (
     TASKS,
@@ -37,10 +40,12 @@ __all__ = [
 DEFAULT_TASK = TranslationTask.name
 
 
-def build_task(name: str, cfg: ModelConfig) -> Task:
-    """The task registered as `name`, for a model of config `cfg`.
+def build_task(name: str, cfg: ModelConfig, options: Mapping[str, Any] | None = None) -> Task:
+    """The task registered as `name`, for a model of config `cfg`, with its own `options`
+    (a recipe's `data.task_options`) as keyword arguments.
 
     Raises:
-        ValueError: no task of that name (the message lists the known ones).
+        ValueError: no task of that name (the message lists the known ones), an option
+            the task does not declare, or a value it refuses.
     """
-    return TASKS.get(name)(cfg)
+    return TASKS.get(name)(cfg, **TASKS.options(name, options))

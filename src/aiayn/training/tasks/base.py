@@ -43,7 +43,7 @@ from torch import nn
 from aiayn.plugins import Registry
 
 if TYPE_CHECKING:
-    from aiayn.config import ModelConfig, TrainConfig
+    from aiayn.config import TrainConfig
     from aiayn.data.corpus import PreparedCorpus
     from aiayn.data.tokenizer import Tokenizer
     from aiayn.training.distributed import DistEnv
@@ -138,8 +138,8 @@ class Task(Protocol):
         ...
 
 
-TASKS: Registry[Callable[[ModelConfig], Task]] = Registry(
-    "training task", "aiayn.training.tasks", "aiayn.tasks", "data.task"
+TASKS: Registry[Callable[..., Task]] = Registry(
+    "training task", "aiayn.training.tasks", "aiayn.tasks", "data.task", "data.task_options"
 )
 """The tasks by name (`data.task`); every module of this package is imported on first use."""
 

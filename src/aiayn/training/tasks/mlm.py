@@ -40,6 +40,23 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def check_rates(select: float, to_mask: float, to_random: float) -> None:
+    """Refuse masking rates outside [0, 1], or to_mask + to_random above 1.
+
+    Raises:
+        ValueError: naming the rate (the task's option) and its range.
+    """
+    rates = {"select": select, "to_mask": to_mask, "to_random": to_random}
+    for name, value in rates.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+            raise ValueError(f"data.task_options: mlm {name} must be in [0, 1], got {value!r}")
+    if to_mask + to_random > 1:
+        raise ValueError(
+            "data.task_options: mlm to_mask + to_random must be at most 1 (the rest stay as "
+            f"they are), got {to_mask} + {to_random}"
+        )
+
+
 @dataclass(frozen=True)
 class Masking:
     """BERT's masking rates and the ids it needs.
@@ -63,14 +80,23 @@ class Masking:
     to_mask: float = 0.8
     to_random: float = 0.1
 
+    def __post_init__(self) -> None:
+        check_rates(self.select, self.to_mask, self.to_random)
+
     @classmethod
     def for_vocabulary(
-        cls, vocab_size: int, special_ids: Sequence[int], mask_id: int, pad_id: int
+        cls,
+        vocab_size: int,
+        special_ids: Sequence[int],
+        mask_id: int,
+        pad_id: int,
+        **rates: float,
     ) -> Masking:
-        """The masking of a vocabulary whose special ids are `special_ids`."""
+        """The masking of a vocabulary whose special ids are `special_ids`; `rates`:
+        select, to_mask, to_random (BERT's 0.15, 0.8, 0.1 by default)."""
         special = tuple(sorted(set(special_ids) | {mask_id, pad_id}))
         ordinary = np.setdiff1d(np.arange(vocab_size), np.asarray(special))
-        return cls(mask_id, special, ordinary, pad_id)
+        return cls(mask_id, special, ordinary, pad_id, **rates)
 
 
 def mask_tokens(
@@ -111,12 +137,27 @@ class MaskedLanguageModelTask:
     Args:
         cfg: the model's config: `max_len` is the sequence length, framing included.
         framed: put each block between [CLS] and [SEP], as BERT does.
+        select, to_mask, to_random: the masking rates (`Masking`; BERT's by default),
+            the task's options (a recipe's `data.task_options`).
+
+    Raises:
+        ValueError: a rate outside [0, 1], or to_mask + to_random above 1.
     """
 
     name: ClassVar[str] = "mlm"
+    options: ClassVar[tuple[str, ...]] = ("select", "to_mask", "to_random")
 
-    def __init__(self, cfg: ModelConfig, framed: bool = True) -> None:
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        framed: bool = True,
+        select: float = 0.15,
+        to_mask: float = 0.8,
+        to_random: float = 0.1,
+    ) -> None:
         self.cfg, self.framed = cfg, framed
+        self.rates = {"select": select, "to_mask": to_mask, "to_random": to_random}
+        check_rates(select, to_mask, to_random)
         self.masking: Masking | None = None
         self.frame: tuple[int, int] | None = None
         self.valid: Batches | None = None
@@ -133,6 +174,7 @@ class MaskedLanguageModelTask:
             specials + ((unk,) if unk is not None else ()),
             symbols[MASK],
             tokenizer.pad_id,
+            **self.rates,
         )
         self.frame = (symbols[CLS], symbols[SEP])
         length = self.cfg.max_len - (2 if self.framed else 0)
