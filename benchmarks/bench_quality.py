@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 import aiayn.inference.frozen
+import aiayn.io.int8_weights
 from aiayn.apps.translate import Translator
 from aiayn.data.corpus import PreparedCorpus
 from aiayn.data.tokenizer import TOKENIZER_FILE, SentencePieceTokenizer
@@ -60,12 +61,12 @@ SETTINGS = {
 def every_product_int8() -> Iterator[None]:
     """`freeze` quantizes every product while this lasts, the output projection included
     (a benchmark-only setting: the library keeps small products and the output in fp32)."""
-    saved = aiayn.inference.frozen.INT8_MIN_ELEMENTS
-    aiayn.inference.frozen.INT8_MIN_ELEMENTS = 0
+    saved = aiayn.io.int8_weights.INT8_MIN_ELEMENTS
+    aiayn.io.int8_weights.INT8_MIN_ELEMENTS = 0
     try:
         yield
     finally:
-        aiayn.inference.frozen.INT8_MIN_ELEMENTS = saved
+        aiayn.io.int8_weights.INT8_MIN_ELEMENTS = saved
 
 
 def translator(weights: Path, tokenizer: SentencePieceTokenizer, setting: str, shortlist):
@@ -157,7 +158,7 @@ def main() -> None:
                 "mean_candidates": round(statistics.mean(candidates), 1),
                 "vocab_size": shortlist.vocab_size,
             },
-            "int8_min_elements": aiayn.inference.frozen.INT8_MIN_ELEMENTS,
+            "int8_min_elements": aiayn.io.int8_weights.INT8_MIN_ELEMENTS,
             "results": rows,
         },
     )

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import aiayn.inference.frozen
+import aiayn.io.int8_weights
 from aiayn.apps.quickstart import evaluated_weights
 from aiayn.data.corpus import PreparedCorpus
 from aiayn.data.tokenizer import TOKENIZER_FILE, SentencePieceTokenizer
@@ -126,7 +127,7 @@ def main() -> None:
             "beam": args.beam,
             "alpha": args.alpha,
             "resamples": args.resamples,
-            "int8_min_elements": aiayn.inference.frozen.INT8_MIN_ELEMENTS,
+            "int8_min_elements": aiayn.io.int8_weights.INT8_MIN_ELEMENTS,
             "note": args.note,
             "runs": runs,
         },
