@@ -893,7 +893,9 @@ def quality_seeds() -> str:
         f"{data['int8_min_elements']:,} weights and more (`INT8_MIN_ELEMENTS`)."
         + (f" The runs: {data['note']}" if data.get("note") else "")
     )
-    return "\n\n".join([table(headers, lines, left=1), notes, source("quality-seeds", data, timed=False)])
+    return "\n\n".join(
+        [table(headers, lines, left=1), notes, source("quality-seeds", data, timed=False)]
+    )
 
 
 def valid_runs(data: dict[str, Any]) -> dict[tuple[str, ...], list[dict[str, Any]]]:
@@ -951,7 +953,9 @@ def valid_variants() -> str:
         "median (range) over the seeds where there are several. "
         f"{runs[0]['minutes']:g} minutes of training each. " + data.get("note", "")
     )
-    return "\n\n".join([table(headers, lines, left=2), notes, source("valid-sweep", data, timed=False)])
+    return "\n\n".join(
+        [table(headers, lines, left=2), notes, source("valid-sweep", data, timed=False)]
+    )
 
 
 def valid_searches() -> str:
@@ -969,7 +973,9 @@ def valid_searches() -> str:
         )
     headers = ["search", *[f"seed {r['seed']}" for r in runs], "median"]
     notes = "The recipe's runs of the table above, valid split, the same weights."
-    return "\n\n".join([table(headers, lines, left=1), notes, source("valid-sweep", data, timed=False)])
+    return "\n\n".join(
+        [table(headers, lines, left=1), notes, source("valid-sweep", data, timed=False)]
+    )
 
 
 def int8_kernels() -> str:

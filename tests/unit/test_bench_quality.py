@@ -21,7 +21,9 @@ def test_every_product_int8_lowers_the_threshold_freeze_reads_and_restores_it():
     default = int8_weights.INT8_MIN_ELEMENTS
     assert int8_products(freeze(model, torch.int8)) == 0  # d_model 64: every product is small
     with every_product_int8():
-        assert int8_weights.INT8_MIN_ELEMENTS == 0
+        lowered = int8_weights.INT8_MIN_ELEMENTS
+        assert lowered == 0
         every = int8_products(freeze(model, torch.int8))
-    assert int8_weights.INT8_MIN_ELEMENTS == default
+    restored = int8_weights.INT8_MIN_ELEMENTS
+    assert restored == default
     assert every > 0 and int8_products(freeze(model, torch.int8)) == 0
