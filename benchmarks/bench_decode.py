@@ -103,7 +103,9 @@ class FixedLength:
         self.model, self.cfg, self.length = model, model.cfg, length
 
     def start(self, src, beam=1):
-        decoding = self.model.start(src, beam)
+        from aiayn.inference.decoding import start as start_decoding
+
+        decoding = start_decoding(self.model, src, beam)
         step, eos, taken = decoding.step, self.cfg.eos_id, [0]
 
         def step_without_early_eos(last):

@@ -23,6 +23,7 @@ MOVED = {
     "aiayn.dropout": "aiayn.nn.dropout",
     "aiayn.positions": "aiayn.nn.positions",
     "aiayn.sliding_window": "aiayn.nn.kernels.sliding_window",
+    "aiayn.nn.kv_cache": "aiayn.inference.kv_cache",  # decoding state leaves the blocks
     "aiayn.model": "aiayn.models.encoder_decoder",
     "aiayn.decoder_only": "aiayn.models.decoder_only",
     "aiayn.encoder_only": "aiayn.models.encoder_only",

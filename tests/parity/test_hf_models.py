@@ -16,6 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from aiayn.inference.decoding import new_cache, start
 from aiayn.inference.search import greedy_search
 from aiayn.io.checkpoint import load_model
 from aiayn.io.hf_models import (
@@ -133,7 +134,7 @@ def test_gpt2_cached_steps_equal_transformers_logits(gpt2):
     model, _ = load_gpt2(directory)
     ids = torch.randint(0, GPT2_VOCAB, (2, 12))
     with torch.no_grad():
-        cache = model.new_cache()
+        cache = new_cache(model)
         steps = [model(ids[:, :5], cache)] + [model(ids[:, t, None], cache) for t in range(5, 12)]
         torch.testing.assert_close(torch.cat(steps, 1), hf(ids).logits, atol=1e-4, rtol=0)
 
@@ -153,7 +154,7 @@ def test_gpt2_greedy_decoding_is_transformers_generate_token_for_token(gpt2):
             pad_token_id=0,
         )[:, prompt.size(1) :]
         # The search protocol by hand: the prompt fills the cache, one token per step.
-        decoding = model.start(prompt)
+        decoding = start(model, prompt)
         last, found = prompt[:, -1], []
         for _ in range(new_tokens):
             last = decoding.step(last).argmax(dim=-1)

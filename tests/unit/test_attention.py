@@ -4,7 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from aiayn.nn.attention import KVCache, LayerKV, MultiHeadAttention, attend
+from aiayn.inference.kv_cache import KVCache, LayerKV
+from aiayn.nn.attention import MultiHeadAttention, attend
 from aiayn.nn.masks import causal_mask, key_mask, padding_mask
 
 

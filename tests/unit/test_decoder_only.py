@@ -10,6 +10,7 @@ import torch
 
 from aiayn import ModelConfig, build_model
 from aiayn.config import Activation
+from aiayn.inference.decoding import new_cache, start
 from aiayn.inference.search import beam_search, greedy_search
 from aiayn.io.checkpoint import load_model, save_model
 from aiayn.models.decoder_only import DecoderOnly
@@ -53,7 +54,7 @@ def test_cached_decoding_equals_the_whole_sequence_at_once(positional):
     ids = torch.randint(0, VOCAB, (3, 9))
     with torch.no_grad():
         whole = model(ids)
-        cache = model.new_cache()
+        cache = new_cache(model)
         parts = [model(ids[:, :4], cache)] + [model(ids[:, t : t + 1], cache) for t in range(4, 9)]
     torch.testing.assert_close(torch.cat(parts, dim=1), whole, atol=1e-5, rtol=0)
 
@@ -117,9 +118,9 @@ def test_beam_search_scores_are_the_model_log_probabilities():
 def test_an_empty_prompt_or_one_past_max_len_is_refused():
     model = small_gpt()
     with pytest.raises(ValueError, match="prompt"):
-        model.start(torch.zeros((1, 0), dtype=torch.long))
+        start(model, torch.zeros((1, 0), dtype=torch.long))
     with pytest.raises(ValueError, match="max_len=32"):
-        model.start(torch.ones((1, 33), dtype=torch.long))
+        start(model, torch.ones((1, 33), dtype=torch.long))
 
 
 def test_attention_maps_are_causal_distributions():

@@ -14,9 +14,10 @@ import aiayn.inference.frozen
 from aiayn import ModelConfig, Transformer, freeze
 from aiayn.config import TrainConfig
 from aiayn.inference.frozen import FrozenCrossAttention, FrozenLinear, FrozenSelfAttention
+from aiayn.inference.kv_cache import LayerKV
 from aiayn.inference.search import beam_search, greedy_search
 from aiayn.io.marian import load_marian_model
-from aiayn.nn.attention import LayerKV, MultiHeadAttention
+from aiayn.nn.attention import MultiHeadAttention
 from aiayn.nn.masks import key_mask
 from aiayn.training.optim import build_optimizer
 

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from aiayn import ModelConfig, build_model, freeze
+from aiayn.inference.decoding import new_cache
 from aiayn.inference.search import beam_search
 from aiayn.models.encoder_decoder import normal_initialisation
 from aiayn.nn.kernels import KERNELS, build_kernel
@@ -121,7 +122,7 @@ def test_a_decoder_only_model_decodes_with_the_state_as_in_one_pass(positional):
     ids = torch.randint(3, 40, (3, 9))
     with torch.no_grad():
         whole = model(ids)
-        cache = model.new_cache()
+        cache = new_cache(model)
         parts = [model(ids[:, :4], cache)] + [model(ids[:, t : t + 1], cache) for t in range(4, 9)]
     assert all(isinstance(store, LinearAttentionState) for store in cache.self_attention)
     torch.testing.assert_close(torch.cat(parts, dim=1), whole, atol=1e-5, rtol=0)

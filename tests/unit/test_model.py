@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from aiayn import ModelConfig, Transformer, build_model
+from aiayn.inference.decoding import new_cache
 from aiayn.models.encoder_decoder import EncoderOutput
 from aiayn.nn.layers import EncoderLayer
 
@@ -253,12 +254,12 @@ def test_cached_incremental_decoding_equals_the_full_forward_pass(overrides):
     with torch.no_grad():
         full = model(src, tgt_in)
         encoded = model.encode(src)
-        cache = model.new_cache()
+        cache = new_cache(model)
         steps = [model.decode(tgt_in[:, t : t + 1], encoded, cache) for t in range(tgt_in.size(1))]
         assert cache.length == tgt_in.size(1)
         torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-5)
         # a prefix of 2 at once, then the rest at once, gives the same too
-        cache = model.new_cache()
+        cache = new_cache(model)
         first = model.decode(tgt_in[:, :2], encoded, cache)
         rest = model.decode(tgt_in[:, 2:], encoded, cache)
         torch.testing.assert_close(torch.cat([first, rest], dim=1), full, rtol=1e-4, atol=1e-5)
@@ -270,7 +271,7 @@ def test_cache_reorder_matches_decoding_the_selected_rows():
     index = torch.tensor([2, 0, 0])
     with torch.no_grad():
         encoded = model.encode(src)
-        cache = model.new_cache()
+        cache = new_cache(model)
         model.decode(tgt_in[:, :3], encoded, cache)
         cache.reorder(index)
         step = model.decode(tgt_in[index, 3:4], encoded.index_select(index), cache)
@@ -338,7 +339,7 @@ def test_sequences_longer_than_max_len_are_refused():
     with pytest.raises(ValueError, match="max_len=8"):
         model(torch.randint(3, 50, (1, 9)), torch.randint(3, 50, (1, 3)))
     encoded = EncoderOutput(torch.zeros(1, 2, 64), torch.ones(1, 2, dtype=torch.bool))
-    cache = model.new_cache()
+    cache = new_cache(model)
     model.decode(torch.randint(3, 50, (1, 8)), encoded, cache)
     with pytest.raises(ValueError, match="9 tokens"):
         model.decode(torch.randint(3, 50, (1, 1)), encoded, cache)
@@ -373,7 +374,7 @@ def test_cached_decoding_equals_uncached_for_every_position_scheme(positional):
     with torch.no_grad():
         full = model(src, tgt_in)
         encoded = model.encode(src)
-        cache = model.new_cache()
+        cache = new_cache(model)
         steps = [model.decode(tgt_in[:, t : t + 1], encoded, cache) for t in range(tgt_in.size(1))]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-5)
 
@@ -424,7 +425,7 @@ def test_a_narrow_window_changes_the_output_and_decodes_with_a_cache():
         full = windowed(src, tgt_in)
         assert not torch.allclose(full, dense(src, tgt_in))
         encoded = windowed.encode(src)
-        cache = windowed.new_cache()
+        cache = new_cache(windowed)
         steps = [
             windowed.decode(tgt_in[:, t : t + 1], encoded, cache) for t in range(tgt_in.size(1))
         ]

@@ -13,11 +13,12 @@ import torch
 from torch import Tensor, nn
 
 from aiayn import ModelConfig, build_model
+from aiayn.inference.kv_cache import KVCache
 from aiayn.inference.search import beam_search, greedy_search
 from aiayn.io.checkpoint import load_model, save_model
 from aiayn.models import SHAPES, register_model
 from aiayn.models.encoder_decoder import Embedding, attention_positions
-from aiayn.nn.attention import KVCache, MultiHeadAttention
+from aiayn.nn.attention import MultiHeadAttention
 from aiayn.nn.layers import DecoderLayer, FeedForward
 from aiayn.nn.positions import build_positions
 

@@ -381,6 +381,7 @@ def test_readme_example_scheme_trains_decodes_with_a_cache_and_freezes(scratch_r
     from pathlib import Path
 
     from aiayn import ModelConfig, Transformer, freeze
+    from aiayn.inference.decoding import new_cache
 
     readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
     (code,) = re.findall(
@@ -394,7 +395,7 @@ def test_readme_example_scheme_trains_decodes_with_a_cache_and_freezes(scratch_r
     src, tgt = torch.randint(3, 30, (2, 6)), torch.randint(3, 30, (2, 5))
     with torch.no_grad():
         full = model(src, tgt)
-        encoded, cache = model.encode(src), model.new_cache()
+        encoded, cache = model.encode(src), new_cache(model)
         steps = [model.decode(tgt[:, t : t + 1], encoded, cache) for t in range(5)]
         torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(freeze(model)(src, tgt), full, rtol=1e-5, atol=1e-5)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from aiayn import ModelConfig, Transformer
+from aiayn.inference.decoding import start as start_decoding
 from aiayn.inference.frozen import freeze
 from aiayn.inference.search import TokenRules, beam_search, greedy_search, next_log_probs
 from aiayn.inference.shortlist import (
@@ -180,7 +181,7 @@ def test_restricted_set_logits_and_outputs(fallback):
     outside = torch.ones(40, dtype=torch.bool)
     outside[allowed] = False
 
-    ours, full = short.start(src, beam=2), engine.start(src, beam=2)
+    ours, full = short.start(src, beam=2), start_decoding(engine, src, beam=2)
     last = torch.full((6,), model.cfg.bos_id)
     for _ in range(4):
         got, want = ours.step(last), full.step(last)

@@ -13,6 +13,7 @@ from aiayn import ModelConfig, Transformer
 from aiayn.apps.translate import Translator
 from aiayn.cli import app
 from aiayn.data.tokenizer import train_tokenizer
+from aiayn.inference.decoding import start as start_decoding
 from aiayn.inference.search import DecodeConfig, length_penalty, search
 from aiayn.io.checkpoint import save_model
 from infer_helpers import make_run, sentences
@@ -190,7 +191,7 @@ def test_bfloat16_model_still_sums_scores_in_float32(run: Path) -> None:
         cfg = model.cfg
 
         def start(self, src: torch.Tensor, beam: int = 1) -> _RecordingDecoding:
-            decodings.append(_RecordingDecoding(model.start(src, beam)))
+            decodings.append(_RecordingDecoding(start_decoding(model, src, beam)))
             return decodings[-1]
 
     alpha = 0.6

@@ -5,7 +5,7 @@
     for piece in generator.stream("In the beginning", temperature=0.8, top_p=0.9, seed=1):
         print(piece, end="", flush=True)                 # text as the tokens come
 
-The prompt fills the model's key/value cache once (`DecoderOnly.start`); every
+The prompt fills the model's key/value cache once (`aiayn.inference.decoding.start`); every
 step then runs one new token through the frozen model (`aiayn.inference.frozen.freeze`)
 and picks the next one with the search's own pickers (`aiayn.inference.search.greedy_pick`,
 `sampling_picker`: temperature, top-k, top-p, seeded), after the same rules as
@@ -29,6 +29,7 @@ import torch
 from aiayn.apps.model_use import DECODER_ONLY, ModelUser, check_shape, check_tokenizer_fits
 from aiayn.config import ModelConfig, check_seed
 from aiayn.data.tokenizer import Tokenizer
+from aiayn.inference.decoding import start as start_decoding
 from aiayn.inference.frozen import freeze
 from aiayn.inference.search import Picker, TokenRules, greedy_pick, next_log_probs, sampling_picker
 
@@ -178,7 +179,7 @@ class Generator(ModelUser):
         """Yield the ids that follow `prompt_ids`, one per step, until eos (not yielded).
 
         The steps are those of `aiayn.inference.search`'s one-path search: the first is fed
-        bos (`DecoderOnly.start` continues the prompt from there), and each picks from
+        bos (`DecoderOnlyDecoding` continues the prompt from there), and each picks from
         `next_log_probs`.
         """
         if max_new_tokens < 1:
@@ -195,7 +196,7 @@ class Generator(ModelUser):
                 max_new_tokens,
             )
         prompt = torch.tensor([list(prompt_ids)], dtype=torch.long, device=self.device)
-        decoding = self.engine.start(prompt)
+        decoding = start_decoding(self.engine, prompt)
         last = torch.tensor([cfg.bos_id], device=self.device)
         rules = TokenRules()
         for _ in range(min(max_new_tokens, room)):

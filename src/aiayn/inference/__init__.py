@@ -1,6 +1,8 @@
 """Inference: what runs a trained model fast, with no link back to training.
 
+    decoding    start(model, src, beam): the state of a batch the search steps; new_cache
     frozen      freeze(model, dtype) -> a fast copy: packed weights, fused products, int8
+    kv_cache    the stores incremental decoding keeps: LayerKV, KVCache
     search      greedy, sampling and beam search over a model's decoding state
     shortlist   output vocabularies restricted per sentence
     threads     fewer intra-op threads for small decoding steps

@@ -55,22 +55,24 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.config import Activation
+from aiayn.inference.decoding import DecoderOnlyDecoding
+from aiayn.inference.kv_cache import LayerKV
 from aiayn.io import int8_weights
 from aiayn.io.int8_weights import (
     int8_scales,
     weight_products,
 )
 from aiayn.models import spec_of
-from aiayn.models.decoder_only import DecoderOnly, DecoderOnlyDecoding
+from aiayn.models.decoder_only import DecoderOnly
 from aiayn.models.encoder_decoder import Transformer
 from aiayn.nn.attention import (
-    LayerKV,
     MultiHeadAttention,
     attend,
     expand_kv,
     merge_heads,
     split_heads,
 )
+from aiayn.nn.kernels import DecodingStore
 from aiayn.nn.layers import FeedForward
 from aiayn.nn.masks import key_mask
 from aiayn.nn.positions import PositionScheme
@@ -366,7 +368,7 @@ class FrozenSelfAttention(nn.Module):
         source: Tensor | None = None,
         mask: Tensor | None = None,
         causal: bool = False,
-        cache: LayerKV | None = None,
+        cache: DecodingStore | None = None,
         need_weights: bool = False,
         rotary: PositionScheme | None = None,
         bias: Tensor | None = None,
@@ -472,9 +474,10 @@ def _unfold(x: Tensor, group: int, t_len: int) -> Tensor:
 class FrozenTransformer(Transformer):
     """A `Transformer` frozen for inference by `freeze`: same outputs, faster, no parameters.
 
-    It decodes exactly as the model it was made from (`encode`, `decode`,
-    `start` for the search); `shares_source_rows` makes the search's beams share
-    each sentence's encoder output. See `freeze` for the arguments.
+    It decodes exactly as the model it was made from (`encode`, `decode`; the search's
+    state is `aiayn.inference.decoding.EncoderDecoderDecoding`); `shares_source_rows`
+    makes the search's beams share each sentence's encoder output. See `freeze` for
+    the arguments.
     """
 
     shares_source_rows = True
@@ -539,25 +542,12 @@ class FrozenDecoderOnly(DecoderOnly):
         return self.output(hidden)  # (B, T, V)
 
     def start(self, prompt: Tensor, beam: int = 1) -> DecoderOnlyDecoding:
-        """As `DecoderOnly.start`; the prompt's pass projects its last position only."""
-        return DecoderOnlyDecoding(_LastPosition(self), prompt, beam)
+        """A `DecoderOnlyDecoding` whose prompt's pass projects its last position only
+        (the (T - 1) x V products no search reads are skipped)."""
+        return DecoderOnlyDecoding(self, prompt, beam, last_position_only=True)
 
     def reset_parameters(self) -> None:
         raise TypeError("a frozen model has no parameters to initialise")
-
-
-class _LastPosition:
-    """A decoder-only model seen through the logits of its last position only: the
-    prompt's pass then skips the (T - 1) x V products no search reads."""
-
-    def __init__(self, model: DecoderOnly) -> None:
-        self.model, self.cfg = model, model.cfg
-
-    def new_cache(self):
-        return self.model.new_cache()
-
-    def __call__(self, ids: Tensor, cache=None) -> Tensor:
-        return self.model.project(self.model.hidden(ids, cache)[:, -1:])  # (B, 1, V)
 
 
 def _inference_copy(

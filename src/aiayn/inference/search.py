@@ -4,9 +4,9 @@ Shape legend:
     B sentences, N sentences still being decoded, K beam width, P n-best kept,
     S source length, L longest output allowed, V vocabulary.
 
-The search knows the model only through `start`, which returns a `Decoding`
-(see `Decodable`): the state of one batch (an encoder-decoder's encoder output
-and key/value cache) with a `step` and a `keep`. The encoder runs once per batch;
+The search knows the model only through `aiayn.inference.decoding.start`, which
+returns a `Decoding` (see `Decodable`): the state of one batch (an encoder-decoder's
+encoder output and key/value cache) with a `step` and a `keep`. The encoder runs once per batch;
 every step feeds the decoder one new token per row and the key/value cache holds
 the prefix, so no step recomputes it. Sentences that are done leave the batch (and the cache) at once, so they stop
 costing compute. Everything inside a step is batched over sentences and beams.
@@ -36,7 +36,6 @@ import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -51,6 +50,7 @@ from aiayn.config import (
     check_seed,
     enum_member,
 )
+from aiayn.inference.decoding import Decodable, Decoding, start
 
 log = logging.getLogger(__name__)
 
@@ -60,41 +60,6 @@ TEMPERATURE_RANGE = (1e-6, 1e6)
 """Temperatures taken. The log-probabilities (float32, -log V or above at their
 maximum) divided by one inside stay finite; outside, sampling is already greedy
 (below) or uniform (above) to float32's precision."""
-
-
-class Decoding(Protocol):
-    """One batch being decoded: whatever the model keeps between steps.
-
-    Rows are hypotheses: K consecutive rows per sentence (K = 1 but in beam search).
-
-    Attributes:
-        input_lengths: (B,) real input tokens of each sentence, eos included (the
-            output's length limit is relative to it).
-        dtype: the model's floating-point type (scores are summed in float64 for
-            a float64 model, else in float32).
-    """
-
-    input_lengths: Tensor
-    dtype: torch.dtype
-
-    def step(self, last: Tensor) -> Tensor:
-        """(R,) the newest token of each row -> (R, V) logits of the next token."""
-        ...
-
-    def keep(self, rows: Tensor, sentences: Tensor | None = None) -> None:
-        """Go on with rows `rows` (each new row's parent); `sentences`: the live
-        sentences kept when some finished, None when all stay."""
-        ...
-
-
-class Decodable(Protocol):
-    """What the search needs of a model (`aiayn.Transformer` and its frozen form are two)."""
-
-    cfg: ModelConfig
-
-    def start(self, src: Tensor, beam: int = 1) -> Decoding:
-        """Begin decoding (B, S) inputs with `beam` hypothesis rows per sentence."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -251,7 +216,7 @@ def _one_path_search(
     _validate(model, src, extra_len, max_output_len)
     cfg = model.cfg
     batch, device = src.size(0), src.device
-    decoding = model.start(src)
+    decoding = start(model, src)
     max_out = max_output_lengths(decoding.input_lengths, extra_len, cfg.max_len, max_output_len)
     longest = int(max_out.max())
     limits = set(max_out.tolist())  # steps at which some sentence may only end
@@ -513,7 +478,7 @@ def beam_search(
     k, n_keep, vocab = beam, (nbest if exact else beam), cfg.vocab_size
     batch, device = src.size(0), src.device
 
-    decoding = model.start(src, beam=k)
+    decoding = start(model, src, beam=k)
     max_out = max_output_lengths(decoding.input_lengths, extra_len, cfg.max_len, max_output_len)
     longest = int(max_out.max())
     limits = set(max_out.tolist())  # steps at which some sentence may only end

@@ -37,8 +37,10 @@ from aiayn.data.shortlist import (  # noqa: F401  (the table's names, where they
     recall,
     vocabulary_digest,
 )
+from aiayn.inference.decoding import EncoderDecoderDecoding
+from aiayn.inference.decoding import start as start_decoding
 from aiayn.inference.search import NEG_INF
-from aiayn.models.encoder_decoder import EncoderDecoderDecoding, Transformer
+from aiayn.models.encoder_decoder import Transformer
 
 log = logging.getLogger(__name__)
 
@@ -94,10 +96,10 @@ class Shortlisted:
             log.info("the output layer has no float weight: the shortlist masks full logits")
 
     def start(self, src: Tensor, beam: int = 1) -> EncoderDecoderDecoding:
-        """Begin decoding (B, S) `src` (see `aiayn.inference.search.Decodable`)."""
+        """Begin decoding (B, S) `src` (see `aiayn.inference.decoding.Decodable`)."""
         ids = self.shortlist.candidates(src, self.forced_ids)
         if ids.numel() == self.cfg.vocab_size:
-            return self.engine.start(src, beam)
+            return start_decoding(self.engine, src, beam)
         return ShortlistedDecoding(self, src, beam, ids)
 
 

@@ -21,7 +21,8 @@ import torch
 from torch import Tensor
 
 from aiayn.config import ModelConfig
-from aiayn.inference.search import Decodable, Decoding
+from aiayn.inference.decoding import Decodable, Decoding
+from aiayn.inference.decoding import start as start_decoding
 
 
 @contextmanager
@@ -43,7 +44,7 @@ class StepThreads:
         hypotheses = beam_search(StepThreads(model, threads=1), src)
 
     Args:
-        model: any `aiayn.inference.search.Decodable` (a Transformer, or its frozen form).
+        model: any `aiayn.inference.decoding.Decodable` (a Transformer, or its frozen form).
         threads: intra-op threads for each decoding step.
     """
 
@@ -55,7 +56,7 @@ class StepThreads:
 
     def start(self, src: Tensor, beam: int = 1) -> Decoding:
         # The encoder (inside start) runs with the threads torch is set to.
-        return _FewerThreadsDecoding(self.model.start(src, beam), self.threads)
+        return _FewerThreadsDecoding(start_decoding(self.model, src, beam), self.threads)
 
 
 class _FewerThreadsDecoding:

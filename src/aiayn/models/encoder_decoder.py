@@ -8,8 +8,9 @@ Shape legend:
     logits = model(src_ids, tgt_in_ids)          # (B, T, V)
 
 For search, `encode` runs the encoder once and `decode` runs the decoder on new
-target tokens only, with a `KVCache` holding the keys and values of the prefix;
-`start` wraps both for `aiayn.inference.search` (an `EncoderDecoderDecoding`).
+target tokens only, with a cache holding the keys and values of the prefix (a
+`DecoderCache`: `aiayn.inference.decoding.new_cache` makes it); the decoding state
+the search runs is `aiayn.inference.decoding`'s, not the model's.
 
 This is the training model, the paper written literally; `aiayn.inference.frozen.freeze`
 turns a trained one into the fast model that decoding runs.
@@ -20,16 +21,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import Tensor, nn
 
 from aiayn.config import ModelConfig
 from aiayn.models import register_shape
-from aiayn.nn.attention import KVCache, MultiHeadAttention
+from aiayn.nn.attention import MultiHeadAttention
 from aiayn.nn.dropout import Dropout
 from aiayn.nn.hooks import hooks
-from aiayn.nn.kernels import build_kernel, check_positions, kernel_class
+from aiayn.nn.kernels import DecodingStore, build_kernel, check_positions, kernel_class
 from aiayn.nn.kernels.sdpa import SdpaKernel
 from aiayn.nn.layers import DecoderLayer, EncoderLayer, FeedForward
 from aiayn.nn.masks import key_mask, padding_mask
@@ -242,6 +244,21 @@ class Encoder(nn.Module):
         return self.final_norm(x)
 
 
+class DecoderCache(Protocol):
+    """What a decoder reads of the cache it decodes with: per layer, a self-attention
+    store and (with cross-attention) a static encoder-decoder store, and the positions
+    already decoded. `aiayn.inference.kv_cache.KVCache` is the one decoding makes; the
+    model only duck-types it (models sit below inference)."""
+
+    self_attention: list[DecodingStore]
+    cross_attention: list[DecodingStore]
+
+    @property
+    def length(self) -> int:
+        """Positions already decoded."""
+        ...
+
+
 class Decoder(nn.Module):
     """N identical layers of causal self-attention, encoder-decoder attention and feed-forward.
 
@@ -271,7 +288,7 @@ class Decoder(nn.Module):
         tgt: Tensor,
         memory: Tensor | None,
         memory_mask: Tensor | None,
-        cache: KVCache | None = None,
+        cache: DecoderCache | None = None,
         self_mask: Tensor | None = None,
     ) -> Tensor:
         """Decode target ids (only the new ones when a cache holds the prefix).
@@ -350,7 +367,8 @@ class Transformer(PreSoftmaxProjection):
     the source embedding, the target embedding and the pre-softmax projection (3.4).
     """
 
-    shares_source_rows = False  # beams copy their sentence's encoder output (see start)
+    # beams copy their sentence's encoder output (`aiayn.inference.decoding` reads this)
+    shares_source_rows = False
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -410,13 +428,15 @@ class Transformer(PreSoftmaxProjection):
         hidden = self.encoder(src, self.source_mask(real_tokens))
         return EncoderOutput(hidden, real_tokens)
 
-    def decode(self, tgt: Tensor, encoded: EncoderOutput, cache: KVCache | None = None) -> Tensor:
+    def decode(
+        self, tgt: Tensor, encoded: EncoderOutput, cache: DecoderCache | None = None
+    ) -> Tensor:
         """Logits for target ids given the encoder output.
 
         Args:
             tgt: (B, T) target ids; with a `cache`, only the positions not yet decoded.
             encoded: from `encode`, one row per row of `tgt`.
-            cache: from `new_cache()`; filled and extended in place.
+            cache: from `aiayn.inference.decoding.new_cache`; filled and extended in place.
 
         Returns:
             (B, T, V) logits.
@@ -434,15 +454,6 @@ class Transformer(PreSoftmaxProjection):
     def source_mask(self, real_tokens: Tensor) -> Tensor:
         """The (B, 1, 1, S) key mask over the source: True at real tokens."""
         return key_mask(real_tokens)
-
-    def new_cache(self, group: int = 1) -> KVCache:
-        """An empty key/value cache for incremental decoding (`group`: see `KVCache.empty`)."""
-        kernels = [layer.self_attn.kernel for layer in self.decoder.layers]
-        return KVCache.empty(self.cfg.n_decoder_layers, cross=True, group=group, kernels=kernels)
-
-    def start(self, src: Tensor, beam: int = 1) -> EncoderDecoderDecoding:
-        """Encode a batch for the search (`aiayn.inference.search.Decodable`), `beam` rows per sentence."""
-        return EncoderDecoderDecoding(self, src, beam)
 
     def attention_maps(self, src: Tensor, tgt_in: Tensor) -> AttentionMaps:
         """All attention weights for one teacher-forced pass (explicit attention path)."""
@@ -491,54 +502,3 @@ def normal_initialisation(model: nn.Module, std: float = 0.02) -> None:
                 module.weight[module.padding_idx].zero_()
     for scheme in schemes:
         scheme.reset_parameters()
-
-
-class EncoderDecoderDecoding:
-    """One batch being decoded by an encoder-decoder: its encoder output and key/value cache.
-
-    The search (`aiayn.inference.search`) sees it through `input_lengths`, `step` and `keep`.
-    Rows are hypotheses: `beam` consecutive rows per sentence. The literal model
-    copies each sentence's encoder output to its `beam` rows; a model with
-    `shares_source_rows` (`aiayn.inference.frozen.FrozenTransformer`) keeps one row per
-    sentence and computes its cross-attention keys and values once, for all beams.
-
-    Args:
-        model: a `Transformer` (or a subclass) in eval mode.
-        src: (B, S) source ids.
-        beam: hypothesis rows per sentence.
-    """
-
-    def __init__(self, model: Transformer, src: Tensor, beam: int = 1) -> None:
-        self.model = model
-        encoded = model.encode(src)
-        self.input_lengths = encoded.real_tokens.sum(dim=1)  # (B,) eos included
-        self.dtype = encoded.hidden.dtype
-        self.shared = beam > 1 and model.shares_source_rows
-        if beam > 1 and not self.shared:
-            encoded = encoded.index_select(
-                torch.arange(src.size(0), device=src.device).repeat_interleave(beam)
-            )
-        self.encoded = encoded
-        self.cache = model.new_cache(group=beam if self.shared else 1)
-
-    def step(self, last: Tensor) -> Tensor:
-        """(R,) the newest token of each row -> (R, V) logits of the token after it."""
-        return self.model.decode(last[:, None], self.encoded, self.cache)[:, -1]
-
-    def keep(self, rows: Tensor, sentences: Tensor | None = None) -> None:
-        """Go on with hypothesis rows `rows` (each row's parent, in the new order).
-
-        Args:
-            rows: (R',) indices into the current rows.
-            sentences: the live sentences kept, when some finished (None: all stay).
-                Beams of a sentence share its source, so the encoder output and
-                cross-attention stores change only when sentences leave.
-        """
-        for store in self.cache.self_attention:
-            store.reorder(rows)
-        if sentences is None:
-            return
-        index = sentences if self.shared else rows
-        for store in self.cache.cross_attention:
-            store.reorder(index)
-        self.encoded = self.encoded.index_select(index)

@@ -11,7 +11,8 @@ Shape legend: B batch, T positions, V vocabulary.
 
 The prefix length comes from the row itself: the positions up to its first separator
 (`cfg.bos_id`, the separator of `lm_translation`); a row without one is a plain causal
-language model. Cached decoding works as for `DecoderOnly`: the prompt's pass
+language model. Cached decoding works as for `DecoderOnly` (`aiayn.inference.decoding`
+decodes it with `DecoderOnlyDecoding`, which calls `hidden`): the prompt's pass
 (prefix and separator) fills the cache with the bidirectional pattern, and every later
 position only adds itself. It needs a kernel that takes a full mask (sdpa, explicit).
 It has no frozen form and no command of its own: it is trained and scored by
@@ -26,8 +27,7 @@ from torch import Tensor
 from aiayn.config import ModelConfig
 from aiayn.models import register_shape
 from aiayn.models.decoder_only import DecoderOnly
-from aiayn.models.encoder_decoder import AttentionMaps, check_ids
-from aiayn.nn.attention import KVCache
+from aiayn.models.encoder_decoder import AttentionMaps, DecoderCache, check_ids
 from aiayn.nn.kernels import kernel_class
 from aiayn.nn.masks import prefix_mask
 
@@ -54,7 +54,7 @@ class PrefixLM(DecoderOnly):
         first = is_separator.int().argmax(dim=1)
         return torch.where(is_separator.any(dim=1), first + 1, torch.zeros_like(first))
 
-    def hidden(self, ids: Tensor, cache: KVCache | None = None) -> Tensor:
+    def hidden(self, ids: Tensor, cache: DecoderCache | None = None) -> Tensor:
         """The last layer's states, (B, T, D), with the prefix pattern on a first pass."""
         offset = 0 if cache is None else cache.length
         check_ids(ids, "input", self.cfg.max_len, offset)

@@ -9,9 +9,10 @@ Shape legend:
 math between them is its kernel, chosen once when the module is built: SDPA
 (`aiayn.nn.kernels.sdpa.attend`) by default, or any registered kernel
 (`aiayn.nn.kernels`: the explicit path that always has the weights, a sliding
-window, linear attention, ...). During incremental decoding the kernel also keeps
-what it needs of the past, in a store it made (`Kernel.new_cache`: past keys and
-values, `aiayn.nn.kv_cache`, or a recurrent state). Masks are bool with True = may
+window, linear attention, ...). During incremental decoding the kernel attends from
+a store of the past that decoding hands it (`aiayn.inference.kv_cache`: past keys and
+values, or the kernel's own recurrent state); this module only duck-types it
+(`aiayn.nn.kernels.DecodingStore`). Masks are bool with True = may
 attend (see `aiayn.nn.masks`); position biases (relative, ALiBi) are float and added
 to the scores. This module is the training model, as literal as the paper; fast
 inference is `aiayn.inference.frozen.freeze`.
@@ -25,9 +26,8 @@ from typing import TYPE_CHECKING
 from torch import Tensor, nn
 
 from aiayn.nn.hooks import HookPoint, hooked
-from aiayn.nn.kernels import FunctionKernel, Kernel
+from aiayn.nn.kernels import DecodingStore, FunctionKernel, Kernel, expand_kv
 from aiayn.nn.kernels.sdpa import SdpaKernel, attend
-from aiayn.nn.kv_cache import KVCache, LayerKV, expand_kv
 
 if TYPE_CHECKING:
     from aiayn.nn.positions import PositionScheme
@@ -37,9 +37,9 @@ AttentionFunction = Callable[..., tuple[Tensor, Tensor | None]]
 """kernel(q, k, v, mask, causal, dropout_p, need_weights, bias) -> (out, weights or None):
 `attend`, or an `aiayn.nn.kernels.Kernel`."""
 
-__all__ = [  # attend, LayerKV, KVCache and expand_kv are re-exported from where they live
-    "AttentionFunction", "KVCache", "LayerKV", "MultiHeadAttention", "attend", "expand_kv",
-    "merge_heads", "regular_groups", "split_heads",
+__all__ = [  # attend and expand_kv are re-exported from where they live
+    "AttentionFunction", "MultiHeadAttention", "attend", "expand_kv", "merge_heads",
+    "regular_groups", "split_heads",
 ]  # fmt: skip
 
 
@@ -170,7 +170,7 @@ class MultiHeadAttention(nn.Module):
         source: Tensor | None = None,
         mask: Tensor | None = None,
         causal: bool = False,
-        cache: LayerKV | None = None,
+        cache: DecodingStore | None = None,
         need_weights: bool = False,
         rotary: PositionScheme | None = None,
         bias: Tensor | None = None,
@@ -183,9 +183,9 @@ class MultiHeadAttention(nn.Module):
                 `cache` is already filled.
             mask: bool, broadcastable to (B, H, T, S); True = may attend.
             causal: causal self-attention (the decoder's).
-            cache: this sub-layer's store for incremental decoding: a static `LayerKV`
-                (encoder-decoder attention), or a growing store its kernel made
-                (`Kernel.new_cache`), which the kernel attends from.
+            cache: this sub-layer's store for incremental decoding (`DecodingStore`): a
+                static `aiayn.inference.kv_cache.LayerKV` (encoder-decoder attention), or
+                a growing store of the kind its kernel keeps, which the kernel attends from.
             need_weights: also return the (B, H, T, S) attention weights (they are also
                 computed whenever `hook_weights` is listened to).
             rotary: a position scheme that rotates queries and keys (RoPE), applied

@@ -17,11 +17,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.config import Activation
-from aiayn.nn.attention import LayerKV, MultiHeadAttention
+from aiayn.nn.attention import MultiHeadAttention
 from aiayn.nn.dropout import Dropout
 from aiayn.nn.hooks import HookPoint, hooked
 
 if TYPE_CHECKING:
+    from aiayn.nn.kernels import DecodingStore
     from aiayn.nn.positions import PositionScheme
 
 _ACTIVATIONS: dict[Activation, Callable[[Tensor], Tensor]] = {
@@ -148,8 +149,8 @@ class DecoderLayer(nn.Module):
         x: Tensor,
         memory: Tensor | None = None,
         memory_mask: Tensor | None = None,
-        self_cache: LayerKV | None = None,
-        cross_cache: LayerKV | None = None,
+        self_cache: DecodingStore | None = None,
+        cross_cache: DecodingStore | None = None,
         rotary: PositionScheme | None = None,
         bias: Tensor | None = None,
         self_mask: Tensor | None = None,
@@ -160,7 +161,8 @@ class DecoderLayer(nn.Module):
             x: (B, T, D) target states (only the new positions when decoding with a cache).
             memory: (B, S, D) encoder output (None without cross-attention).
             memory_mask: bool (B, 1, 1, S), True at real source tokens, or None.
-            self_cache, cross_cache: this layer's key/value stores, or None.
+            self_cache, cross_cache: this layer's decoding stores (`aiayn.inference.kv_cache`),
+                or None.
             rotary, bias: the stack's positions for self-attention.
             self_mask: the self-attention's pattern as a bool (B, 1, T, L + T) mask,
                 True = may attend, instead of the causal one (a prefix LM's

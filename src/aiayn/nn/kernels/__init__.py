@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import Enum
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+import torch
 from torch import Tensor
 
-from aiayn.nn.kv_cache import LayerKV, expand_kv
 from aiayn.plugins import Registry
 
 if TYPE_CHECKING:
@@ -36,10 +36,40 @@ if TYPE_CHECKING:
 
 
 class CacheKind(str, Enum):
-    """What a kernel keeps between incremental decoding steps (its `new_cache`)."""
+    """What a kernel keeps between incremental decoding steps (see `Kernel.cache`)."""
 
-    KEYS_VALUES = "keys_values"  # every past key and value (`aiayn.nn.kv_cache.LayerKV`)
+    KEYS_VALUES = "keys_values"  # every past key and value (`aiayn.inference.kv_cache.LayerKV`)
     STATE = "state"  # a fixed-size summary of the past (linear attention's S and z)
+
+
+class DecodingStore(Protocol):
+    """What attention reads of a decoding store: the blocks only duck-type the stores
+    that `aiayn.inference.kv_cache` makes (or a kernel's own state, `Kernel.new_cache`).
+
+    Every store has `static` (filled once from the encoder output, else growing),
+    `length` (positions stored) and `reorder(index)` (keep batch rows `index`). A
+    keys/values store also has `key` and `value`, (B, Hkv, L, D) or None while empty, and
+    a growing one `append(key, value)`; a static one `group`, the query rows per stored row.
+    """
+
+    static: bool
+    length: int
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows `index`, in that order."""
+        ...
+
+
+def expand_kv(k: Tensor, v: Tensor, kv_of_head: tuple[int, ...] | None) -> tuple[Tensor, Tensor]:
+    """Keys and values per query head, where query heads read key/value heads irregularly.
+
+    (B, Hkv, S, D) -> (B, H, S, D) with `kv_of_head` (after pruning); unchanged with
+    None (the regular grouping, which attention handles without copies).
+    """
+    if kv_of_head is None:
+        return k, v
+    index = torch.tensor(kv_of_head, device=k.device)
+    return k.index_select(1, index), v.index_select(1, index)
 
 
 class Kernel:
@@ -90,7 +120,7 @@ class Kernel:
         q: Tensor,
         k: Tensor,
         v: Tensor,
-        cache: Any = None,
+        cache: DecodingStore | None = None,
         mask: Tensor | None = None,
         causal: bool = False,
         dropout_p: float = 0.0,
@@ -111,18 +141,28 @@ class Kernel:
         k, v = expand_kv(k, v, kv_of_head)
         return self(q, k, v, mask, causal, dropout_p, need_weights, bias)
 
-    def new_cache(self) -> Any:
-        """An empty store for incremental decoding (`KVCache` asks each layer's kernel):
-        a growing `LayerKV` of past keys and values by default. A kernel whose `cache`
-        is `CacheKind.STATE` returns its own store, with `length` and `reorder(index)`."""
-        return LayerKV(static=False)
+    def new_cache(self) -> DecodingStore:
+        """The kernel's own empty decoding store, for a kernel whose `cache` is
+        `CacheKind.STATE` (a recurrent state with `static = False`, `length` and
+        `reorder(index)`): `aiayn.inference.kv_cache` asks for it. A kernel that keeps
+        keys and values (`CacheKind.KEYS_VALUES`) gets the standard store,
+        `aiayn.inference.kv_cache.LayerKV`, and defines none.
+
+        Raises:
+            NotImplementedError: the kernel declares no state of its own (naming its class).
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} makes no decoding store of its own (cache = "
+            f"{self.cache.value!r}): a kernel that keeps keys and values gets the standard "
+            "store from aiayn.inference.kv_cache; a CacheKind.STATE kernel defines new_cache"
+        )
 
     def attend_cached(
         self,
         q: Tensor,
         k: Tensor,
         v: Tensor,
-        cache: Any,
+        cache: DecodingStore,
         mask: Tensor | None = None,
         causal: bool = False,
         need_weights: bool = False,
@@ -130,7 +170,8 @@ class Kernel:
         kv_of_head: tuple[int, ...] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from this step's queries, after adding this step's keys and values to
-        `cache` (one made by `new_cache`). The queries are the last T of the L + T positions.
+        `cache` (a growing `aiayn.inference.kv_cache.LayerKV` here; a kernel with a state of
+        its own overrides this). The queries are the last T of the L + T positions.
 
         Args:
             q: (B, H, T, Dk) queries; k, v: (B, Hkv, T, D) this step's keys and values.

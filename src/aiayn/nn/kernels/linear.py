@@ -23,8 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from aiayn.nn.kernels import KERNELS, CacheKind, Kernel
-from aiayn.nn.kv_cache import expand_kv
+from aiayn.nn.kernels import KERNELS, CacheKind, Kernel, expand_kv
 
 
 def feature_map(x: Tensor) -> Tensor:

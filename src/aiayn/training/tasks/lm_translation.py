@@ -8,7 +8,7 @@ loss:        network(sequence[:-1]) -> label-smoothed cross-entropy on the targe
              the pad label
 validation:  greedy-search sacreBLEU on the first `valid_bleu_sentences` valid pairs:
              the prompt is source + separator, the search continues after it
-             (`SeparatedSource`, a `Decodable` over `DecoderOnly.start`)
+             (`SeparatedSource`, a `Decodable` over `DecoderOnlyDecoding`)
 
 The same corpus as the encoder-decoder (`aiayn prepare bible`), so the two shapes can
 be compared at the same parameter count and training time.
@@ -34,7 +34,7 @@ from aiayn.training.tasks.translation import BleuSet, encode_pairs
 if TYPE_CHECKING:
     from aiayn.data.corpus import PreparedCorpus
     from aiayn.data.tokenizer import Tokenizer
-    from aiayn.inference.search import Decoding
+    from aiayn.inference.decoding import Decoding
     from aiayn.training.distributed import DistEnv
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ class SeparatedSource:
     source is source + separator, and the search's output is what follows it.
 
     Args:
-        model: a `DecoderOnly` (anything with its `start`) in eval mode.
+        model: a `DecoderOnly` (anything `aiayn.inference.decoding.start` takes) in eval mode.
         separator: the separator's id (the task's: bos).
     """
 
@@ -59,8 +59,10 @@ class SeparatedSource:
 
     def start(self, src: Tensor, beam: int = 1) -> Decoding:
         """Begin decoding (B, S) unpadded sources, `beam` rows each."""
+        from aiayn.inference.decoding import start as start_decoding
+
         column = torch.full((src.size(0), 1), self.separator, dtype=src.dtype, device=src.device)
-        return self.model.start(torch.cat([src, column], dim=1), beam)
+        return start_decoding(self.model, torch.cat([src, column], dim=1), beam)
 
     def max_output_len(self, source_len: int) -> int:
         """The longest output, eos included, that fits after a source of `source_len`."""

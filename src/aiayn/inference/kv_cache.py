@@ -4,21 +4,32 @@ Shape legend: B batch, Hkv key/value heads, H query heads, L positions stored,
 t positions added by one step, Dk / Dv head sizes.
 
 A decoder's `KVCache` holds one store per layer: a growing store of its
-self-attention's keys and values, made by that layer's kernel (`Kernel.new_cache`:
-a `LayerKV` for the kernels that attend past keys, a recurrent state for linear
-attention), and in an encoder-decoder a static `LayerKV` of its encoder-decoder
-attention's keys and values, filled once from the encoder output. Beam search
-follows each hypothesis's parent with `reorder`.
+self-attention's past, chosen by the kind its kernel declares (`Kernel.cache`): a
+`LayerKV` of past keys and values for the kernels that attend them, or the kernel's
+own recurrent state (`Kernel.new_cache`: linear attention's S and z), and in an
+encoder-decoder a static `LayerKV` of its encoder-decoder attention's keys and values,
+filled once from the encoder output. Beam search follows each hypothesis's parent with
+`reorder`.
+
+The stores belong to decoding, not to the model: `aiayn.inference.decoding.new_cache`
+makes a model's cache. The attention modules (`aiayn.nn`) only read and extend the store
+they are handed (`length`, `static`, `key` / `value`, `append`), as
+`aiayn.nn.kernels.DecodingStore` describes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
+
+from aiayn.nn.kernels import CacheKind
+
+if TYPE_CHECKING:
+    from aiayn.nn.kernels import DecodingStore, Kernel
 
 
 class LayerKV:
@@ -131,7 +142,7 @@ class KVCache:
     """Per decoder layer: a growing self-attention store and, in an encoder-decoder,
     a static cross-attention store (empty for a decoder-only stack)."""
 
-    self_attention: list[Any] = field(default_factory=list)  # LayerKV, or a kernel's store
+    self_attention: list[DecodingStore] = field(default_factory=list)  # LayerKV, or a kernel's
     cross_attention: list[LayerKV] = field(default_factory=list)
 
     @classmethod
@@ -140,21 +151,31 @@ class KVCache:
         n_layers: int,
         cross: bool = True,
         group: int = 1,
-        kernels: Sequence[Any] | None = None,
+        kernels: Sequence[Kernel] | None = None,
     ) -> KVCache:
         """Stores for `n_layers` layers; `cross` adds static ones holding `group` rows' keys each.
 
         Args:
-            kernels: each layer's self-attention kernel (`aiayn.nn.kernels.Kernel`), which
-                makes that layer's store (`Kernel.new_cache`: keys and values, or a
-                recurrent state); growing `LayerKV` stores without them.
+            n_layers: decoder layers.
+            cross: add a static encoder-decoder store per layer (an encoder-decoder).
+            group: query rows per stored cross-attention row (`LayerKV`).
+            kernels: each layer's self-attention kernel (`aiayn.nn.kernels.Kernel`); its
+                declared `cache` kind picks the layer's store: a growing `LayerKV` for
+                `CacheKind.KEYS_VALUES`, the kernel's own `new_cache()` for
+                `CacheKind.STATE`. None: growing `LayerKV` stores.
+
+        Returns:
+            The empty cache.
+
+        Raises:
+            ValueError: as many kernels as layers are not given.
         """
         if kernels is not None and len(kernels) != n_layers:
             raise ValueError(f"{len(kernels)} kernels given for {n_layers} layers")
         stores = (
             [LayerKV(static=False) for _ in range(n_layers)]
             if kernels is None
-            else [kernel.new_cache() for kernel in kernels]
+            else [self_attention_store(kernel) for kernel in kernels]
         )
         return cls(
             self_attention=stores,
@@ -172,13 +193,16 @@ class KVCache:
             store.reorder(index)
 
 
-def expand_kv(k: Tensor, v: Tensor, kv_of_head: tuple[int, ...] | None) -> tuple[Tensor, Tensor]:
-    """Keys and values per query head, where query heads read key/value heads irregularly.
+def self_attention_store(kernel: Kernel) -> DecodingStore:
+    """An empty growing store for a self-attention sub-layer, of the kind `kernel` declares.
 
-    (B, Hkv, S, D) -> (B, H, S, D) with `kv_of_head` (after pruning); unchanged with
-    None (the regular grouping, which attention handles without copies).
+    Args:
+        kernel: the sub-layer's kernel (`aiayn.nn.kernels.Kernel`).
+
+    Returns:
+        A `LayerKV(static=False)` for a kernel that attends past keys and values
+        (`CacheKind.KEYS_VALUES`), else the kernel's own state (`kernel.new_cache()`).
     """
-    if kv_of_head is None:
-        return k, v
-    index = torch.tensor(kv_of_head, device=k.device)
-    return k.index_select(1, index), v.index_select(1, index)
+    if kernel.cache is CacheKind.KEYS_VALUES:
+        return LayerKV(static=False)
+    return kernel.new_cache()
