@@ -30,7 +30,7 @@ from aiayn.config import ModelConfig
 from aiayn.models import register_shape
 from aiayn.nn.attention import MultiHeadAttention
 from aiayn.nn.dropout import Dropout
-from aiayn.nn.hooks import hooks
+from aiayn.nn.hooks import HookPoint, hooked, hooks
 from aiayn.nn.kernels import DecodingStore, build_kernel, check_positions, kernel_class
 from aiayn.nn.kernels.sdpa import SdpaKernel
 from aiayn.nn.layers import DecoderLayer, EncoderLayer, FeedForward
@@ -118,6 +118,7 @@ class Embedding(nn.Module):
         self.norm = norm
         self.dropout = Dropout(dropout)
         self.scale = math.sqrt(tokens.embedding_dim) if scale else 1.0
+        self.hook_embed = HookPoint()  # (B, L, D): tokens with positions, before dropout
 
     def forward(self, ids: Tensor, offset: int = 0, token_types: Tensor | None = None) -> Tensor:
         """ids: (B, L); token_types: (B, L) or None (type 0 everywhere). Returns (B, L, D)."""
@@ -132,7 +133,7 @@ class Embedding(nn.Module):
             raise ValueError("token_types given to a model without them (type_vocab_size 0)")
         if self.norm is not None:
             x = self.norm(x)
-        return self.dropout(x)
+        return self.dropout(hooked(self.hook_embed, x))
 
 
 def _embedding(
@@ -330,6 +331,7 @@ class PreSoftmaxProjection(nn.Module):
             None if cfg.tie_output else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         )
         self.output_bias = nn.Parameter(torch.zeros(cfg.vocab_size)) if cfg.output_bias else None
+        self.hook_logits = HookPoint()  # (B, T, V): the pre-softmax logits
 
     def output_embedding(self) -> nn.Embedding:
         """The token embedding the output matrix is tied to."""
@@ -337,7 +339,8 @@ class PreSoftmaxProjection(nn.Module):
 
     def project(self, hidden: Tensor) -> Tensor:
         """The pre-softmax linear map: (B, T, D) states to (B, T, V) logits."""
-        return nn.functional.linear(hidden, self.output_weight(), self.output_bias)
+        logits = nn.functional.linear(hidden, self.output_weight(), self.output_bias)
+        return hooked(self.hook_logits, logits)
 
     def output_weight(self) -> Tensor:
         """The (V, D) pre-softmax matrix: the tied embedding's, or `output_proj`'s."""

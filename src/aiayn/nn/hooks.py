@@ -3,11 +3,13 @@
 The idea is TransformerLens's: each place is an identity module, a `HookPoint`, and
 its name is its path in the model (`model.named_modules()`), for example
 
+    encoder.embedding.hook_embed             token embeddings with positions, (B, T, D)
     encoder.layers.0.hook_resid_pre          the residual stream entering layer 0
     encoder.layers.0.self_attn.hook_q        queries per head, (B, H, T, Dk)
     encoder.layers.0.self_attn.hook_weights  attention weights, (B, H, T, S)
     encoder.layers.0.self_attn.hook_z        each head's output before W^O, (B, H, T, Dv)
     decoder.layers.1.feed_forward.hook_hidden  the FFN's hidden layer, (B, T, F)
+    hook_logits                              the pre-softmax logits, (B, T, V)
 
 A function hooked on a point gets the activation and the point's name; it returns
 None to read it, or a tensor of the same shape to replace it downstream:
