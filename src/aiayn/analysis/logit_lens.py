@@ -91,8 +91,10 @@ class LensResult:
         positions = [
             {
                 "input": piece(token),
+                "input_id": token,
                 "predicted": piece(predicted[t]),
-                **({} if target is None else {"target": piece(target[t])}),
+                "predicted_id": predicted[t],
+                **({} if target is None else {"target": piece(target[t]), "target_id": target[t]}),
             }
             for t, token in enumerate(tokens)
         ]
@@ -256,7 +258,9 @@ def translation_lens(
 
     The target is `target`'s subword ids, or the model's own greedy translation
     without one; the decoder reads bos + target, and each position follows the
-    next target token (eos after the last).
+    next target token (eos after the last). The search never picks pad or bos, so
+    where the model's own likeliest token is one of those, the greedy target differs
+    from `LensResult.predicted` (the plain argmax of the logits).
 
     Raises:
         ValueError: an empty sentence, or a target longer than the model's max_len.
@@ -333,17 +337,18 @@ def plot_logit_lens(
 
 
 def lens_table(result: LensResult, tokenizer: Tokenizer, row: int = 0, width: int = 10) -> str:
-    """A plain-text layers x positions table of top-1 pieces, last layer first."""
+    """A plain-text table of top-1 pieces: the input pieces, then each layer, last first.
+
+    Pieces are cut to `width` characters; each column is as wide as its widest piece.
+    """
     header = ["", *(tokenizer.id_to_piece(i) for i in result.tokens[row].tolist())]
     rows = [header]
     for i in reversed(range(len(result.layers))):
         ids = result.top_ids[i, row, :, 0].tolist()
         rows.append([result.layers[i], *(tokenizer.id_to_piece(j) for j in ids)])
-    first = max(len(r[0]) for r in rows)
-    lines = [
-        " ".join([r[0].ljust(first), *(_short(c, width).ljust(width) for c in r[1:])]).rstrip()
-        for r in rows
-    ]
+    cells = [[r[0], *(_short(c, width) for c in r[1:])] for r in rows]
+    widths = [max(len(r[col]) for r in cells) for col in range(len(header))]
+    lines = [" ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
     return "\n".join(lines) + "\n"
 
 
