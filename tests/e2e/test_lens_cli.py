@@ -3,30 +3,23 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
+from test_hostile_input import _lm_run
 from typer.testing import CliRunner
 
 from aiayn import ModelConfig
 from aiayn.analysis.logit_lens import logit_lens
 from aiayn.apps.translate import Translator
 from aiayn.data.tokenizer import train_tokenizer
-from aiayn.io.checkpoint import TOKENIZER_FILE, save_model
+from aiayn.io.checkpoint import TOKENIZER_FILE
 from aiayn.models.decoder_only import DecoderOnly
 from aiayn.models.encoder_only import EncoderOnly
 from infer_helpers import make_run, sentences
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def _lm_run(root: Path, name: str, model: torch.nn.Module, spm: Path) -> Path:
-    run = root / name
-    save_model(model, run / "checkpoints" / "step-00000001" / "model.safetensors")
-    shutil.copy(spm, run / TOKENIZER_FILE)
-    return run
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
+from test_hf_models import GPT2_VOCAB, gpt2_directory, perturbed
 
 from aiayn import ModelConfig
 from aiayn.analysis.logit_lens import logit_lens, residual_stream
@@ -20,24 +21,16 @@ VOCAB = 40
 SHAPE = {"d_model": 32, "n_heads": 4, "d_ff": 64, "max_len": 24, "dropout": 0.0}
 
 
-def perturb(model: torch.nn.Module) -> torch.nn.Module:
-    """Move every weight (LayerNorms and biases included) off its initialisation."""
-    with torch.no_grad():
-        for parameter in model.parameters():
-            parameter.add_(torch.randn_like(parameter) * 0.1)
-    return model.eval()
-
-
 def encoder_decoder(norm_first: bool, **overrides) -> Transformer:
     torch.manual_seed(0)
     cfg = ModelConfig.tiny(vocab_size=VOCAB, norm_first=norm_first, **SHAPE, **overrides)
-    return perturb(Transformer(cfg))
+    return perturbed(Transformer(cfg))
 
 
 def decoder_only(norm_first: bool, **overrides) -> DecoderOnly:
     torch.manual_seed(0)
     cfg = ModelConfig.gpt(vocab_size=VOCAB, n_layers=3, norm_first=norm_first, **SHAPE, **overrides)
-    return perturb(DecoderOnly(cfg))
+    return perturbed(DecoderOnly(cfg))
 
 
 def inputs_of(model: torch.nn.Module) -> tuple[torch.Tensor, ...]:
@@ -151,27 +144,11 @@ def test_lens_json_holds_every_layer_and_position():
 
 # ----- against transformers ---------------------------------------------------------
 
-transformers = pytest.importorskip("transformers")
-GPT2_VOCAB, GPT2_EOS = 50, 49
-
 
 @pytest.fixture(scope="module")
 def gpt2(tmp_path_factory):
     """A random GPT-2 of transformers (perturbed, LayerNorms included), saved and loaded."""
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(
-        vocab_size=GPT2_VOCAB,
-        n_positions=32,
-        n_embd=32,
-        n_layer=3,
-        n_head=4,
-        initializer_range=0.2,
-        bos_token_id=GPT2_EOS,
-        eos_token_id=GPT2_EOS,
-    )
-    hf = perturb(transformers.GPT2LMHeadModel(config))
-    directory = tmp_path_factory.mktemp("gpt2")
-    hf.save_pretrained(directory)
+    directory, hf = gpt2_directory(tmp_path_factory.mktemp("gpt2"), n_layer=3)
     model, _ = load_gpt2(directory)
     return hf, model.eval()
 
