@@ -117,8 +117,24 @@ def test_translation_run_follows_its_greedy_translation_or_the_given_target(runs
         (("{mt}", "the house", "--top-k", "100000"), "--top-k"),
         (("{mt}", "   "), "empty"),
         (("{gpt}", "   "), "empty"),
+        (("{gpt}", " ".join(["house"] * 30)), "max_len"),
+        (("{mt}", "the house", "--target", " ".join(["haus"] * 40)), "--target"),
+        (("{gpt}", "the house", "--tokenizer", "{mt}/spm.model"), "--tokenizer"),
+        (("{mt}", "the house", "--device", "tpu"), "--device"),
     ],
-    ids=["missing-run", "bert", "gpt-target", "top-k-0", "top-k-huge", "mt-empty", "gpt-empty"],
+    ids=[
+        "missing-run",
+        "bert",
+        "gpt-target",
+        "top-k-0",
+        "top-k-huge",
+        "mt-empty",
+        "gpt-empty",
+        "gpt-too-long",
+        "mt-target-too-long",
+        "gpt-tokenizer",
+        "device",
+    ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(runs, tmp_path, args, culprit):
     names = {key: str(value) for key, value in runs.items()} | {"root": str(tmp_path)}
@@ -126,3 +142,11 @@ def test_bad_input_is_one_line_and_writes_nothing(runs, tmp_path, args, culprit)
     result = invoke("lens", *(a.format(**names) for a in args), "--out", out)
     assert_one_line(result, culprit)
     assert not out.exists()
+
+
+def test_an_out_that_is_a_file_is_refused_and_kept(runs, tmp_path):
+    out = tmp_path / "existing.txt"
+    out.write_text("keep\n")
+    result = invoke("lens", runs["gpt"], "the house", "--out", out)
+    assert_one_line(result, "existing.txt")
+    assert out.read_text() == "keep\n"
