@@ -276,7 +276,8 @@ def translation_lens(
         ids = translator.tokenizer.encode(target)
         if len(ids) + 1 > cfg.max_len:
             raise ValueError(
-                f"--target has {len(ids)} tokens; the model reads at most {cfg.max_len} with bos"
+                f"--target has {len(ids)} tokens; the decoder reads at most "
+                f"{cfg.max_len - 1} after bos (max_len {cfg.max_len})"
             )
     tgt_in = torch.tensor([[cfg.bos_id, *ids]], device=src.device)  # (1, T)
     tgt_out = torch.tensor([[*ids, cfg.eos_id]], device=src.device)
