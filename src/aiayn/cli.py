@@ -766,7 +766,9 @@ def lens(
     target: Annotated[
         str | None,
         typer.Option(
-            callback=_utf8, help="A translation's target prefix (default: its greedy translation)."
+            callback=_utf8,
+            help="A translation's target prefix (default: its greedy translation), or the "
+            "continuation of a GPT run's prompt; each position follows its next token.",
         ),
     ] = None,
     top_k: Annotated[
@@ -780,11 +782,15 @@ def lens(
 
     Prints the top-1 token per layer (last first) and position; writes lens.png and
     lens.json to --out. A translation run reads TEXT as the source and its greedy
-    translation (or --target) as the decoder's input; a GPT run reads TEXT as the prompt.
+    translation (or --target) as the decoder's input; a GPT run reads TEXT as the prompt
+    (and --target as its continuation).
     """
-    import torch
-
-    from aiayn.analysis.logit_lens import lens_table, logit_lens, translation_lens, write_logit_lens
+    from aiayn.analysis.logit_lens import (
+        lens_table,
+        prompt_lens,
+        translation_lens,
+        write_logit_lens,
+    )
     from aiayn.apps.model_use import DECODER_ONLY, ENCODER_DECODER
     from aiayn.files import check_output
 
@@ -796,17 +802,12 @@ def lens(
         architecture = _architecture(run)
         if architecture not in (ENCODER_DECODER, DECODER_ONLY):
             raise ValueError(
-                f"{run} holds a model of shape {architecture}, which does not predict the next "
-                "token: "
-                "the logit lens reads a translation or GPT run (encoder_decoder or decoder_only)"
+                f"{run} holds a model of shape {architecture}, which does not predict the "
+                "next token: the logit lens reads a translation or GPT run (encoder_decoder "
+                "or decoder_only)"
             )
         if architecture == ENCODER_DECODER:
             user = _load_translator(run, device, tokenizer)
-        elif target is not None:
-            raise ValueError(
-                f"--target gives a translation's target prefix; {run} holds a model of "
-                f"shape {architecture}: put the whole text in TEXT"
-            )
         elif tokenizer is not None:
             raise ValueError(f"--tokenizer is for a translation run; {run} holds its own")
         else:
@@ -818,8 +819,8 @@ def lens(
         if architecture == ENCODER_DECODER:
             result = translation_lens(user, text, target, top_k)
         else:
-            ids = torch.tensor([user.encode_prompt(text)], device=user.device)  # (1, T)
-            result = logit_lens(user.model, (ids,), top_k)
+            continuation = None if target is None else user.tokenizer.encode(target)
+            result = prompt_lens(user.model, user.encode_prompt(text), continuation, top_k)
         paths = write_logit_lens(
             result, user.tokenizer, out, run=str(run), text=text, target=target
         )

@@ -76,6 +76,24 @@ def test_gpt_run_writes_the_lens_of_the_prompt(runs, tmp_path):
     assert lines[1].split()[2:] == [cell["top"][0]["piece"][:10] for cell in last]
 
 
+def test_gpt_run_with_a_continuation_follows_each_next_token(runs, tmp_path):
+    from aiayn.apps.generate import Generator
+
+    generator = Generator.load(runs["gpt"])
+    text = [*generator.tokenizer.encode("the house"), *generator.tokenizer.encode("by the river")]
+    out = tmp_path / "lens"
+    result = invoke("lens", runs["gpt"], "the house", "--target", "by the river", "--out", out)
+    assert result.exit_code == 0, result.output
+    data = read_written(out)
+    assert [p["input_id"] for p in data["positions"]] == text[:-1]
+    assert [p["target_id"] for p in data["positions"]] == text[1:]
+    with torch.no_grad():  # the last layer is the model's own next-token distribution
+        probs = generator.model(torch.tensor([text[:-1]])).softmax(-1)[0]  # (T, V)
+    expected = probs.gather(-1, torch.tensor(text[1:]).unsqueeze(-1)).squeeze(-1)
+    got = [cell["target_prob"] for cell in data["layers"][-1]["positions"]]
+    assert got == pytest.approx(expected.tolist(), rel=1e-5, abs=1e-7)
+
+
 def test_translation_run_follows_its_greedy_translation_or_the_given_target(runs, tmp_path):
     translator = Translator.load(runs["mt"])
     (greedy,) = translator.translate(["the house"], beam=1)
@@ -112,7 +130,8 @@ def test_translation_run_follows_its_greedy_translation_or_the_given_target(runs
     [
         (("{root}/nope", "the house"), "nope"),
         (("{bert}", "the house"), "encoder_only"),
-        (("{gpt}", "the house", "--target", "das"), "--target"),
+        (("{gpt}", "the house", "--target", "  "), "--target"),
+        (("{gpt}", "the house", "--target", " ".join(["house"] * 30)), "--target"),
         (("{mt}", "the house", "--top-k", "0"), "--top-k"),
         (("{mt}", "the house", "--top-k", "100000"), "--top-k"),
         (("{mt}", "   "), "empty"),
@@ -125,7 +144,8 @@ def test_translation_run_follows_its_greedy_translation_or_the_given_target(runs
     ids=[
         "missing-run",
         "bert",
-        "gpt-target",
+        "gpt-target-empty",
+        "gpt-target-too-long",
         "top-k-0",
         "top-k-huge",
         "mt-empty",

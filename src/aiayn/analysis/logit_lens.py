@@ -2,6 +2,7 @@
 
     result = logit_lens(model, (src, tgt_in))       # an encoder-decoder
     result = logit_lens(gpt, (ids,), target=next_ids)  # a decoder-only model
+    result = prompt_lens(gpt, prompt_ids, continuation_ids)  # follows the text's next tokens
     plot_logit_lens(result, tokenizer, "lens/lens.png")
 
 Shape legend: L layers, B batch, T positions of the stack that predicts, D d_model,
@@ -282,6 +283,36 @@ def translation_lens(
     tgt_in = torch.tensor([[cfg.bos_id, *ids]], device=src.device)  # (1, T)
     tgt_out = torch.tensor([[*ids, cfg.eos_id]], device=src.device)
     return logit_lens(translator.model, (src, tgt_in), top_k, target=tgt_out)
+
+
+def prompt_lens(
+    model: torch.nn.Module,
+    prompt: Sequence[int],
+    continuation: Sequence[int] | None = None,
+    top_k: int = 5,
+) -> LensResult:
+    """A decoder-only model's logit lens over a prompt, or over a prompt and its continuation.
+
+    Without a continuation the model reads the prompt and no target is followed. With
+    one, the text is prompt + continuation: the model reads all of it but its last
+    token, and each position follows the text's next token.
+
+    Raises:
+        ValueError: an empty continuation, or a text longer than the model's max_len.
+    """
+    device = next(model.parameters()).device
+    if continuation is None:
+        return logit_lens(model, (torch.tensor([list(prompt)], device=device),), top_k)
+    if not continuation:
+        raise ValueError("--target is empty: give the continuation whose tokens to follow")
+    text = [*prompt, *continuation]
+    if len(text) - 1 > model.cfg.max_len:
+        raise ValueError(
+            f"the prompt and --target have {len(text)} tokens; the model reads all but "
+            f"the last, at most {model.cfg.max_len} (max_len): shorten them"
+        )
+    ids = torch.tensor([text], device=device)  # (1, T + 1)
+    return logit_lens(model, (ids[:, :-1],), top_k, target=ids[:, 1:])
 
 
 def _short(piece: str, width: int) -> str:
