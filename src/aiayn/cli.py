@@ -757,6 +757,80 @@ def heads(
         typer.echo(str(path))
 
 
+@app.command()
+def lens(
+    run: RunArg,
+    text: Annotated[
+        str, typer.Argument(callback=_utf8, help="The source sentence, or a GPT run's prompt.")
+    ],
+    target: Annotated[
+        str | None,
+        typer.Option(
+            callback=_utf8,
+            help="A translation's target prefix (default: its greedy translation), or the "
+            "continuation of a GPT run's prompt; each position follows its next token.",
+        ),
+    ] = None,
+    top_k: Annotated[
+        int, typer.Option("--top-k", help="Tokens kept per layer and position in lens.json.")
+    ] = 5,
+    out: Annotated[Path, typer.Option(help="Directory for lens.png and lens.json.")] = Path("lens"),
+    device: DeviceOpt = "cpu",
+    tokenizer: TokenizerOpt = None,
+) -> None:
+    """The logit lens: what each decoder layer would predict if it were the last.
+
+    Prints the top-1 token per layer (last first) and position; writes lens.png and
+    lens.json to --out. A translation run reads TEXT as the source and its greedy
+    translation (or --target) as the decoder's input; a GPT run reads TEXT as the prompt
+    (and --target as its continuation).
+    """
+    from aiayn.analysis.logit_lens import (
+        lens_table,
+        prompt_lens,
+        translation_lens,
+        write_logit_lens,
+    )
+    from aiayn.apps.model_use import DECODER_ONLY, ENCODER_DECODER
+    from aiayn.files import check_output
+
+    _warnings_to_stderr()
+    try:
+        check_output(out, "--out", directory=True)
+        if top_k < 1:
+            raise ValueError(f"--top-k must be at least 1, got {top_k}")
+        architecture = _architecture(run)
+        if architecture not in (ENCODER_DECODER, DECODER_ONLY):
+            raise ValueError(
+                f"{run} holds a model of shape {architecture}, which does not predict the "
+                "next token: the logit lens reads a translation or GPT run (encoder_decoder "
+                "or decoder_only)"
+            )
+        if architecture == ENCODER_DECODER:
+            user = _load_translator(run, device, tokenizer)
+        elif tokenizer is not None:
+            raise ValueError(f"--tokenizer is for a translation run; {run} holds its own")
+        else:
+            user = _load_lm(run, device, "generate")
+        if top_k > user.model.cfg.vocab_size:
+            raise ValueError(
+                f"--top-k {top_k} exceeds the vocabulary ({user.model.cfg.vocab_size})"
+            )
+        if architecture == ENCODER_DECODER:
+            result = translation_lens(user, text, target, top_k)
+        else:
+            continuation = None if target is None else user.tokenizer.encode(target)
+            result = prompt_lens(user.model, user.encode_prompt(text), continuation, top_k)
+        paths = write_logit_lens(
+            result, user.tokenizer, out, run=str(run), text=text, target=target
+        )
+    except (OSError, ValueError) as err:
+        raise _fail(err) from None
+    typer.echo(lens_table(result, user.tokenizer), nl=False)
+    for path in paths:
+        typer.echo(str(path), err=True)
+
+
 def _architecture(run: Path) -> str:
     """The model shape of the weights a run (or checkpoint) resolves to."""
     from aiayn.io.checkpoint import read_config, resolve_weights
