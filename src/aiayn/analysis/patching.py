@@ -26,12 +26,14 @@ to the bit. The model runs in eval mode, without gradients.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -42,7 +44,7 @@ from torch import Tensor, nn
 from aiayn.analysis.viz import AttentionKind
 from aiayn.config import enum_member
 from aiayn.data.tokenizer import Tokenizer
-from aiayn.files import write_file_atomic
+from aiayn.files import write_atomic, write_file_atomic
 from aiayn.nn.hooks import HookFunction, hooks, run_with_cache
 
 Metric = Callable[[Tensor], Tensor | float]
@@ -379,20 +381,21 @@ def text_inputs(
     clean: str,
     corrupt: str,
     target: str = "",
-    device: str | torch.device = "cpu",
 ) -> TextInputs:
     """Tokenize a clean and a corrupted text for patching.
 
     An encoder-decoder's source is the text + eos and its decoder reads bos + `target`
     (the same in both runs); `target_ids` is `target` + eos. A decoder-only model
     reads the text + `target`, and `target_ids` is `target`'s tokens, predicted from
-    the text's last position on.
+    the text's last position on. Either way the last position predicts what follows
+    `target` (`logit_difference(-1, ...)`). The tensors go to the model's device.
 
     Raises:
         ValueError: a model without a decoder, an empty text, texts of different lengths in tokens (naming both),
             or a sequence longer than the model's max_len.
     """
     cfg = model.cfg
+    device = next(model.parameters()).device
     if getattr(model, "decoder", None) is None:
         raise ValueError("patching from text needs a translation or a decoder-only (GPT) model")
     encoded = {}
@@ -427,17 +430,175 @@ def text_inputs(
             target_ids=[*target_ids, cfg.eos_id],
             start=0,
         )
-    rest = target_ids[:-1]  # the last target token is predicted, never read
+    a, b = a + target_ids, b + target_ids
     return TextInputs(
-        clean=(tensor(a + rest),),
-        corrupt=(tensor(b + rest),),
+        clean=(tensor(a),),
+        corrupt=(tensor(b),),
         source_pieces=[],
-        target_pieces=[
-            _pair_label(tokenizer, x, y) for x, y in zip(a + rest, b + rest, strict=True)
-        ],
+        target_pieces=[_pair_label(tokenizer, x, y) for x, y in zip(a, b, strict=True)],
         target_ids=target_ids,
         start=len(a) - 1,
     )
+
+
+class MetricKind(str, Enum):
+    """What `patch_text` measures (the CLI's --metric)."""
+
+    LOGIT_DIFF = "logit-diff"  # logit of --right minus logit of --wrong, after the target
+    LOGPROB = "logprob"  # the summed log-probability of the target (+ eos in translation)
+
+
+@dataclass(frozen=True)
+class PatchingReport:
+    """`patch_text`'s result, and what it was measured on.
+
+    Attributes:
+        patched: (L, P) the metric of each patched run (`patch_residual`).
+        effect: (L, P) what is drawn: patched - corrupt, or normalised.
+        positions: a label per position (its piece; "clean/corrupted" where they differ).
+        clean_metric, corrupt_metric: the metric of the unpatched runs.
+        normalized: whether `effect` is (patched - corrupt) / (clean - corrupt).
+        context: texts, metric, stack and point, for patching.json.
+    """
+
+    patched: Tensor
+    effect: Tensor
+    positions: list[str]
+    clean_metric: float
+    corrupt_metric: float
+    normalized: bool
+    context: dict[str, Any]
+
+    @property
+    def layers(self) -> list[str]:
+        """A label per row: "layer 0", "layer 1"..."""
+        return [f"layer {i}" for i in range(self.patched.size(0))]
+
+    @property
+    def effect_name(self) -> str:
+        """What `effect` holds, in words (the heat map's title, patching.json's "effect_is")."""
+        if self.normalized:
+            return "(patched - corrupt) / (clean - corrupt)"
+        return "patched - corrupt"
+
+    def to_json(self, **context: Any) -> str:
+        """patching.json's text: `context` (run...) first, then the measurement."""
+        record = {
+            **context,
+            **self.context,
+            "clean_metric": self.clean_metric,
+            "corrupt_metric": self.corrupt_metric,
+            "effect_is": self.effect_name,
+            "layers": self.layers,
+            "positions": self.positions,
+            "effect": self.effect.tolist(),
+            "patched": self.patched.tolist(),
+        }
+        return json.dumps(record, indent=2, ensure_ascii=False) + "\n"
+
+
+def _one_token(tokenizer: Tokenizer, word: str | None, option: str) -> int:
+    if word is None or not word.strip():
+        raise ValueError(f"--metric logit-diff compares two tokens: give {option}")
+    ids = tokenizer.encode(word)
+    if len(ids) != 1:
+        pieces = " ".join(tokenizer.id_to_piece(i) for i in ids)
+        raise ValueError(
+            f"{option} {word!r} is {len(ids)} tokens ({pieces}); give a word that is one token"
+        )
+    return ids[0]
+
+
+def patch_text(
+    model: nn.Module,
+    tokenizer: Tokenizer,
+    clean: str,
+    corrupt: str,
+    metric: MetricKind | str = MetricKind.LOGIT_DIFF,
+    right: str | None = None,
+    wrong: str | None = None,
+    target: str = "",
+    stack: Stack | str | None = None,
+    point: ResidualPoint | str = ResidualPoint.PRE,
+    normalize: bool = False,
+) -> PatchingReport:
+    """`patch_residual` on two texts (see `text_inputs` for what the model reads).
+
+    Args:
+        model: a translation (encoder-decoder) or decoder-only model.
+        tokenizer: its tokenizer.
+        clean, corrupt: the texts, of the same length in tokens: an encoder-decoder's
+            source, or a decoder-only model's prompt.
+        metric: logit-diff (`right` minus `wrong`, each one token, at the last
+            position) or logprob (of `target`).
+        target: the decoder's prefix (translation: the reference scored by logprob),
+            or the continuation after the prompt; the same in both runs.
+        stack: whose residual stream; default the encoder of a translation model
+            (its source differs), the decoder of a decoder-only one.
+        point, normalize: as `patch_residual`.
+
+    Raises:
+        ValueError: naming the option at fault (--clean, --corrupt, --right, --wrong,
+            --target, --metric, --stack, --point).
+    """
+    metric = enum_member(MetricKind, metric, "--metric")
+    inputs = text_inputs(model, tokenizer, clean, corrupt, target)
+    if metric is MetricKind.LOGPROB:
+        if not inputs.target_ids or not target.strip():
+            raise ValueError("--metric logprob scores a target: give --target")
+        measure = log_probability(inputs.target_ids, inputs.start)
+        about = {"name": metric.value}
+    else:
+        right_id = _one_token(tokenizer, right, "--right")
+        wrong_id = _one_token(tokenizer, wrong, "--wrong")
+        measure = logit_difference(-1, right_id, wrong_id)
+        about = {"name": metric.value, "right": right, "wrong": wrong}
+    translation = bool(inputs.source_pieces)
+    default = Stack.ENCODER if translation else Stack.DECODER
+    stack = default if stack is None else enum_member(Stack, stack, "--stack")
+    point = enum_member(ResidualPoint, point, "--point")
+    patched = patch_residual(model, inputs.clean, inputs.corrupt, measure, stack, point)
+    clean_value, corrupt_value = metric_values(model, inputs.clean, inputs.corrupt, measure)
+    if normalize:
+        effect = _normalized(patched, clean_value, corrupt_value)
+    else:
+        effect = patched - corrupt_value
+    positions = inputs.source_pieces if stack is Stack.ENCODER else inputs.target_pieces
+    context = {
+        "clean": clean,
+        "corrupt": corrupt,
+        "target": target,
+        "metric": about,
+        "stack": stack.value,
+        "point": point.value,
+    }
+    return PatchingReport(
+        patched, effect, positions, clean_value, corrupt_value, normalize, context
+    )
+
+
+PNG_FILE, JSON_FILE = "patching.png", "patching.json"
+
+
+def write_patching(report: PatchingReport, out_dir: str | Path, **context: Any) -> list[Path]:
+    """Write patching.png (the heat map of `report.effect`) and patching.json into `out_dir`.
+
+    Args:
+        report: from `patch_text`.
+        out_dir: the directory (created if missing).
+        context: recorded first in patching.json (run=...).
+
+    Returns:
+        The two paths, PNG first.
+    """
+    out_dir = Path(out_dir)
+    about = report.context
+    title = (
+        f"{about['metric']['name']}: {report.effect_name}\n"
+        f"{about['stack']} {about['point']}, layer x position"
+    )
+    png = plot_patching(report.effect, report.positions, report.layers, out_dir / PNG_FILE, title)
+    return [png, write_atomic(out_dir / JSON_FILE, report.to_json(**context))]
 
 
 def plot_patching(
