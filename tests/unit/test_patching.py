@@ -252,3 +252,16 @@ def test_plot_patching_writes_a_png_with_a_colormap_centred_at_zero(tmp_path):
     with pytest.raises(ValueError, match="labels"):
         plot_patching(result, ["a", "b"], ["layer 0", "layer 1"], tmp_path / "q.png")
     assert not (tmp_path / "q.png").exists()
+
+
+def test_a_model_in_training_mode_is_patched_without_dropout_and_left_training():
+    cfg = ModelConfig.gpt(
+        VOCAB, d_model=32, n_heads=4, d_ff=64, n_layers=2, max_len=32, dropout=0.5
+    )
+    torch.manual_seed(0)
+    model = build_model(cfg).train()
+    ids = (torch.randint(4, VOCAB, (1, 6), generator=torch.Generator().manual_seed(4)),)
+    metric = logit_difference(-1, 5, 6)
+    _, corrupt_value = metric_values(model, ids, ids, metric)
+    assert (patch_residual(model, ids, ids, metric) - corrupt_value).abs().max().item() == 0.0
+    assert model.training
