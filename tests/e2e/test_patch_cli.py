@@ -17,6 +17,7 @@ from aiayn.cli import app
 from aiayn.data.tokenizer import SentencePieceTokenizer
 from aiayn.io.checkpoint import TOKENIZER_FILE, load_model, resolve_weights, save_model
 from aiayn.models.decoder_only import DecoderOnly
+from aiayn.models.encoder_only import EncoderOnly
 from infer_helpers import make_run
 
 CLEAN, CORRUPT = "das haus.", "ein haus."  # 5 pieces each: ▁das|▁ein ▁h a us .
@@ -35,7 +36,12 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     gpt = root / "gpt"
     save_model(DecoderOnly(cfg), gpt / "checkpoints" / "step-00000001" / "model.safetensors")
     shutil.copy(mt / TOKENIZER_FILE, gpt / TOKENIZER_FILE)
-    return {"mt": mt, "gpt": gpt}
+    bert = root / "bert"
+    model = EncoderOnly(
+        ModelConfig.bert(tokenizer.vocab_size, n_layers=1, d_model=32, n_heads=2, d_ff=64)
+    )
+    save_model(model, bert / "checkpoints" / "step-00000001" / "model.safetensors")
+    return {"mt": mt, "gpt": gpt, "bert": bert}
 
 
 def _model(run: Path):
@@ -144,4 +150,11 @@ def test_bad_options_are_refused_in_one_line(runs, tmp_path, extra, words):
     out = tmp_path / "out"
     args = ["patch", str(runs["gpt"]), "--clean", CLEAN, "--corrupt", CORRUPT, "--out", str(out)]
     _refused(CliRunner().invoke(app, [*args, *extra]), *words)
+    assert not out.exists()
+
+
+def test_a_bert_run_is_refused_by_name(runs, tmp_path):
+    out = tmp_path / "out"
+    args = ["patch", str(runs["bert"]), "--clean", CLEAN, "--corrupt", CORRUPT, "--out", str(out)]
+    _refused(CliRunner().invoke(app, args), "translation and GPT runs", "encoder_only")
     assert not out.exists()
