@@ -791,6 +791,9 @@ def patch(
     normalize: Annotated[
         bool, typer.Option("--normalize", help="Draw (patched - corrupt) / (clean - corrupt).")
     ] = False,
+    heads: Annotated[
+        bool, typer.Option("--heads", help="Also patch each head's output: patching-heads-*.png.")
+    ] = False,
     out: Annotated[Path, typer.Option(help="Directory for patching.png and .json.")] = Path(
         "patching"
     ),
@@ -814,7 +817,7 @@ def patch(
             raise ValueError(f"aiayn patch runs translation and GPT runs; {run} is {architecture}")
         report = patch_text(
             user.model, user.tokenizer, clean, corrupt, metric, right, wrong, target, stack, point,
-            normalize,
+            normalize, heads,
         )  # fmt: skip
         paths = write_patching(report, out, run=str(run))
     except (FileNotFoundError, ValueError) as err:

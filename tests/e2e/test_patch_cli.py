@@ -115,6 +115,57 @@ def test_a_translation_run_patches_its_source_and_scores_the_reference(runs, tmp
     assert effect[0, 1:].abs().max().item() < 1e-4
 
 
+def _w_o_input_patched(model, w_o, columns, clean, corrupt, tgt_in):
+    """The corrupted run's logits with `columns` of W^O's input from the clean run."""
+    kept = {}
+    handle = w_o.register_forward_pre_hook(lambda m, args: kept.update(x=args[0]))
+    with torch.no_grad():
+        model(torch.tensor(clean), tgt_in)
+    handle.remove()
+
+    def swap(m, args):
+        x = args[0].clone()
+        x[..., columns] = kept["x"][..., columns]
+        return (x,)
+
+    handle = w_o.register_forward_pre_hook(swap)
+    try:
+        with torch.no_grad():
+            return model(torch.tensor(corrupt), tgt_in)
+    finally:
+        handle.remove()
+
+
+def test_heads_are_patched_at_the_input_of_w_o(runs, tmp_path):
+    out = tmp_path / "out"
+    args = ["patch", str(runs["mt"]), "--clean", CLEAN, "--corrupt", CORRUPT, "--heads"]
+    result = CliRunner().invoke(
+        app, [*args, "--right", "garden", "--wrong", "das", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    record = _written(out)
+    for kind in ("encoder", "decoder", "cross"):
+        assert (out / f"patching-heads-{kind}.png").read_bytes().startswith(b"\x89PNG")
+
+    # by hand: W^O's input with head h's columns from the clean run (plain torch hooks)
+    model, tokenizer = _model(runs["mt"])
+    cfg = model.cfg
+    right, wrong = tokenizer.encode("garden")[0], tokenizer.encode("das")[0]
+    tgt_in = torch.tensor([[cfg.bos_id]])
+    clean, corrupt = ([[*tokenizer.encode(t), cfg.eos_id]] for t in (CLEAN, CORRUPT))
+    for kind, layer, head in (("cross", 1, 1), ("encoder", 0, 3), ("decoder", 1, 0)):
+        stack = model.encoder if kind == "encoder" else model.decoder
+        block = stack.layers[layer]
+        w_o = (block.cross_attn if kind == "cross" else block.self_attn).out_proj
+        columns = slice(head * cfg.d_v, (head + 1) * cfg.d_v)
+        logits = _w_o_input_patched(model, w_o, columns, clean, corrupt, tgt_in)[0, -1]
+        expected = float(logits[right] - logits[wrong]) - record["corrupt_metric"]
+        grid = record["heads"][kind]["effect"]
+        assert len(grid) == 2 and len(grid[0]) == cfg.n_heads
+        assert expected != 0.0  # the head carries some of the difference
+        assert grid[layer][head] == pytest.approx(expected, abs=1e-5)
+
+
 def _refused(result, *words: str) -> None:
     assert result.exit_code == 1, result.output
     assert "Traceback" not in result.output

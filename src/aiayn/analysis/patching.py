@@ -30,7 +30,7 @@ import json
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ from matplotlib.colors import CenteredNorm
 from matplotlib.figure import Figure
 from torch import Tensor, nn
 
+from aiayn.analysis.heads import KIND_TITLES
 from aiayn.analysis.viz import AttentionKind
 from aiayn.config import enum_member
 from aiayn.data.tokenizer import Tokenizer
@@ -459,6 +460,8 @@ class PatchingReport:
         clean_metric, corrupt_metric: the metric of the unpatched runs.
         normalized: whether `effect` is (patched - corrupt) / (clean - corrupt).
         context: texts, metric, stack and point, for patching.json.
+        heads: with `patch_text(heads=True)`, per kind of attention ("encoder",
+            "decoder", "cross"): the (L, H) patched metrics and their effect.
     """
 
     patched: Tensor
@@ -468,6 +471,7 @@ class PatchingReport:
     corrupt_metric: float
     normalized: bool
     context: dict[str, Any]
+    heads: dict[str, tuple[Tensor, Tensor]] = field(default_factory=dict)
 
     @property
     def layers(self) -> list[str]:
@@ -494,7 +498,17 @@ class PatchingReport:
             "effect": self.effect.tolist(),
             "patched": self.patched.tolist(),
         }
+        if self.heads:
+            record["heads"] = {
+                kind: {"effect": _plain(effect), "patched": _plain(patched)}
+                for kind, (patched, effect) in self.heads.items()
+            }
         return json.dumps(record, indent=2, ensure_ascii=False) + "\n"
+
+
+def _plain(grid: Tensor) -> list[list[float | None]]:
+    """A grid as JSON lists, NaN (a pruned model's missing head) as null."""
+    return [[None if math.isnan(v) else v for v in row] for row in grid.tolist()]
 
 
 def _one_token(tokenizer: Tokenizer, word: str | None, option: str) -> int:
@@ -521,6 +535,7 @@ def patch_text(
     stack: Stack | str | None = None,
     point: ResidualPoint | str = ResidualPoint.PRE,
     normalize: bool = False,
+    heads: bool = False,
 ) -> PatchingReport:
     """`patch_residual` on two texts (see `text_inputs` for what the model reads).
 
@@ -536,6 +551,7 @@ def patch_text(
         stack: whose residual stream; default the encoder of a translation model
             (its source differs), the decoder of a decoder-only one.
         point, normalize: as `patch_residual`.
+        heads: also `patch_heads` for every kind of attention the model has.
 
     Raises:
         ValueError: naming the option at fault (--clean, --corrupt, --right, --wrong,
@@ -557,12 +573,21 @@ def patch_text(
     default = Stack.ENCODER if translation else Stack.DECODER
     stack = default if stack is None else enum_member(Stack, stack, "--stack")
     point = enum_member(ResidualPoint, point, "--point")
-    patched = patch_residual(model, inputs.clean, inputs.corrupt, measure, stack, point)
     clean_value, corrupt_value = metric_values(model, inputs.clean, inputs.corrupt, measure)
-    if normalize:
-        effect = _normalized(patched, clean_value, corrupt_value)
-    else:
-        effect = patched - corrupt_value
+
+    def effect_of(patched: Tensor) -> Tensor:
+        if normalize:
+            return _normalized(patched, clean_value, corrupt_value)
+        return patched - corrupt_value
+
+    effect_of(torch.zeros(1))  # refuses --normalize with equal metrics before any patching
+    patched = patch_residual(model, inputs.clean, inputs.corrupt, measure, stack, point)
+    head_grids = {}
+    if heads:
+        kinds = list(AttentionKind) if translation else [AttentionKind.DECODER]
+        for kind in kinds:
+            raw = patch_heads(model, inputs.clean, inputs.corrupt, measure, kind)
+            head_grids[kind.value] = (raw, effect_of(raw))
     positions = inputs.source_pieces if stack is Stack.ENCODER else inputs.target_pieces
     context = {
         "clean": clean,
@@ -573,7 +598,14 @@ def patch_text(
         "point": point.value,
     }
     return PatchingReport(
-        patched, effect, positions, clean_value, corrupt_value, normalize, context
+        patched,
+        effect_of(patched),
+        positions,
+        clean_value,
+        corrupt_value,
+        normalize,
+        context,
+        head_grids,
     )
 
 
@@ -581,7 +613,8 @@ PNG_FILE, JSON_FILE = "patching.png", "patching.json"
 
 
 def write_patching(report: PatchingReport, out_dir: str | Path, **context: Any) -> list[Path]:
-    """Write patching.png (the heat map of `report.effect`) and patching.json into `out_dir`.
+    """Write patching.png (the heat map of `report.effect`) and patching.json into `out_dir`;
+    with `report.heads`, also patching-heads-{encoder,decoder,cross}.png, layer x head.
 
     Args:
         report: from `patch_text`.
@@ -589,16 +622,25 @@ def write_patching(report: PatchingReport, out_dir: str | Path, **context: Any) 
         context: recorded first in patching.json (run=...).
 
     Returns:
-        The two paths, PNG first.
+        The paths: PNGs first, the JSON last.
     """
     out_dir = Path(out_dir)
     about = report.context
-    title = (
-        f"{about['metric']['name']}: {report.effect_name}\n"
-        f"{about['stack']} {about['point']}, layer x position"
-    )
+    name = about["metric"]["name"]
+    title = f"{name}: {report.effect_name}\n{about['stack']} {about['point']}, layer x position"
     png = plot_patching(report.effect, report.positions, report.layers, out_dir / PNG_FILE, title)
-    return [png, write_atomic(out_dir / JSON_FILE, report.to_json(**context))]
+    paths = [png]
+    for kind, (_, effect) in report.heads.items():
+        paths.append(
+            plot_patching(
+                effect,
+                [f"head {h}" for h in range(effect.size(1))],
+                [f"layer {i}" for i in range(effect.size(0))],
+                out_dir / f"patching-heads-{kind}.png",
+                f"{name}: {report.effect_name}\n{KIND_TITLES[AttentionKind(kind)]}, layer x head",
+            )
+        )
+    return [*paths, write_atomic(out_dir / JSON_FILE, report.to_json(**context))]
 
 
 def plot_patching(
