@@ -831,6 +831,76 @@ def lens(
         typer.echo(str(path), err=True)
 
 
+@app.command()
+def patch(
+    run: RunArg,
+    clean: Annotated[str, typer.Option(callback=_utf8, help="The clean text (source or prompt).")],
+    corrupt: Annotated[
+        str, typer.Option(callback=_utf8, help="The corrupted text, as many tokens as --clean.")
+    ],
+    metric: Annotated[str, typer.Option(help="logit-diff (--right, --wrong) or logprob.")] = (
+        "logit-diff"
+    ),
+    right: Annotated[
+        str | None,
+        typer.Option(callback=_utf8, help="logit-diff: the token the clean run favours."),
+    ] = None,
+    wrong: Annotated[
+        str | None, typer.Option(callback=_utf8, help="logit-diff: the token to compare it with.")
+    ] = None,
+    target: Annotated[
+        str,
+        typer.Option(
+            callback=_utf8,
+            help="The target read in both runs: the translation (scored by logprob) or its "
+            "prefix; for a GPT run, text after the prompt.",
+        ),
+    ] = "",
+    stack: Annotated[
+        str | None, typer.Option(help="encoder or decoder (default: the one whose input differs).")
+    ] = None,
+    point: Annotated[
+        str, typer.Option(help="resid_pre, resid_mid, resid_cross or resid_post.")
+    ] = "resid_pre",
+    normalize: Annotated[
+        bool, typer.Option("--normalize", help="Draw (patched - corrupt) / (clean - corrupt).")
+    ] = False,
+    heads: Annotated[
+        bool, typer.Option("--heads", help="Also patch each head's output: patching-heads-*.png.")
+    ] = False,
+    out: Annotated[Path, typer.Option(help="Directory for patching.png and .json.")] = Path(
+        "patching"
+    ),
+    device: DeviceOpt = "cpu",
+) -> None:
+    """Activation patching: the metric with each layer x position of the residual stream
+    taken from the clean run into the corrupted one (translation and GPT runs)."""
+    from aiayn.analysis.patching import patch_text, write_patching
+    from aiayn.apps.model_use import DECODER_ONLY, ENCODER_DECODER
+    from aiayn.files import check_output
+
+    _warnings_to_stderr()
+    try:
+        check_output(out, "--out", directory=True)
+        architecture = _architecture(run)
+        if architecture == ENCODER_DECODER:
+            user = _load_translator(run, device, None)
+        elif architecture == DECODER_ONLY:
+            user = _load_lm(run, device, "generate")
+        else:
+            raise ValueError(f"aiayn patch runs translation and GPT runs; {run} is {architecture}")
+        report = patch_text(
+            user.model, user.tokenizer, clean, corrupt, metric, right, wrong, target, stack, point,
+            normalize, heads,
+        )  # fmt: skip
+        paths = write_patching(report, out, run=str(run))
+    except (FileNotFoundError, ValueError) as err:
+        raise _fail(err) from None
+    typer.echo(f"clean {report.clean_metric:.4f}, corrupted {report.corrupt_metric:.4f} ({metric})")
+    for path in paths:
+        typer.echo(str(path))
+
+
 def _architecture(run: Path) -> str:
     """The model shape of the weights a run (or checkpoint) resolves to."""
     from aiayn.io.checkpoint import read_config, resolve_weights
