@@ -13,11 +13,17 @@ from aiayn.config import Precision
 
 class _OneLineErrors(TyperGroup):
     """The top command: an OS error no subcommand caught (a full disk, a read-only
-    file system, permission denied) is reported in one line naming the path, exit 1."""
+    file system, permission denied) is reported in one line naming the path, exit 1.
+
+    A reader that stops early (`aiayn translate ... | head`) closes the pipe; that is
+    left to click, which ends quietly with status 1.
+    """
 
     def invoke(self, ctx: typer.Context):
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:
+            raise  # click's own handling: no message, exit 1
         except OSError as err:
             raise _fail(err) from None
 
