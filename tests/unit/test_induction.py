@@ -219,3 +219,16 @@ def test_the_small_cyclic_matrix_agrees_with_the_full_vocabulary_circuit(overrid
     )
     torch.testing.assert_close(scores, expected, rtol=1e-5, atol=1e-5)
     assert scores.abs().max() < 1.0 and scores.std() > 0.01  # not a constant
+
+
+def test_a_prefix_lm_whose_prefix_is_bos_alone_scores_as_the_same_weights_in_gpt():
+    from aiayn.models.prefix_lm import PrefixLM
+
+    model = gpt()
+    prefix_lm = PrefixLM(ModelConfig.gpt(vocab_size=VOCAB, architecture="prefix_lm", **SHAPE))
+    prefix_lm.load_state_dict(model.state_dict())
+    ids = sequences()
+    torch.testing.assert_close(induction_scores(prefix_lm, ids), induction_scores(model, ids))
+    torch.testing.assert_close(
+        previous_token_scores(prefix_lm, ids), previous_token_scores(model, ids)
+    )
