@@ -232,3 +232,32 @@ def test_a_prefix_lm_whose_prefix_is_bos_alone_scores_as_the_same_weights_in_gpt
     torch.testing.assert_close(
         previous_token_scores(prefix_lm, ids), previous_token_scores(model, ids)
     )
+
+
+def test_a_pruned_layer_scores_its_remaining_heads_and_nan_past_them():
+    from aiayn.analysis.pruning import prune_heads
+
+    model, ids = gpt(), sequences()
+    pruned = prune_heads(model, {"decoder.0.self": [1]}).eval()  # layer 0 keeps heads 0, 2, 3
+    for score in (lambda m: induction_scores(m, ids), copying_scores):
+        full, less = score(model), score(pruned)
+        assert less.shape == (2, 4) and less[0, 3].isnan() and not less[1].isnan().any()
+        # heads whose attention and OV circuit do not change (layer 0's) keep their scores
+        torch.testing.assert_close(less[0, :3], full[0, [0, 2, 3]])
+
+
+def test_write_induction_keeps_a_missing_head_as_null(tmp_path):
+    import json
+
+    from aiayn.analysis.induction import InductionScores, write_induction
+
+    grid = torch.tensor([[0.5, 0.25], [0.75, float("nan")]])
+    scores = InductionScores(grid, grid / 2, -grid)
+    paths = write_induction(scores, tmp_path, run="r")
+    assert [p.name for p in paths] == [
+        "induction.png", "previous-token.png", "copying.png", "induction.json",
+    ]  # fmt: skip
+    data = json.loads((tmp_path / "induction.json").read_text())
+    assert data["run"] == "r" and data["induction"] == [[0.5, 0.25], [0.75, None]]
+    assert data["copying"] == [[-0.5, -0.25], [-0.75, None]]
+    assert scores.top_heads(5) == [(1, 0), (0, 0), (0, 1)]  # the NaN head is never a top head

@@ -48,6 +48,7 @@ from matplotlib.figure import Figure
 from torch import Tensor, nn
 
 from aiayn.analysis.heads import plot_head_metric
+from aiayn.analysis.patching import grid_to_json
 from aiayn.files import write_atomic, write_file_atomic
 from aiayn.models.decoder_only import DecoderOnly
 from aiayn.nn.attention import MultiHeadAttention, regular_groups
@@ -303,11 +304,6 @@ def score_model(model: nn.Module, ids: Tensor) -> InductionScores:
     )
 
 
-def _as_lists(grid: Tensor) -> list[list[float | None]]:
-    """A grid as JSON lists, NaN (a head a pruned layer no longer has) as null."""
-    return [[None if math.isnan(v) else v for v in row] for row in grid.tolist()]
-
-
 _TITLES = {
     "induction": "prefix matching: attention from i to i - T + 1 on a repeat",
     "previous_token": "previous token: attention from i to i - 1",
@@ -325,12 +321,12 @@ def write_induction(scores: InductionScores, out_dir: str | Path, **context: Any
     out = Path(out_dir)
     paths = []
     for name, grid in scores.grids().items():
-        fig = plot_head_metric(_as_lists(grid), _TITLES[name])
+        fig = plot_head_metric(grid_to_json(grid), _TITLES[name])
 
         def save(tmp: Path, fig: Figure = fig) -> None:
             fig.savefig(tmp, dpi=100, format="png")
 
         paths.append(write_file_atomic(out / PNG_FILES[name], save))
-    data = {**context, **{name: _as_lists(grid) for name, grid in scores.grids().items()}}
+    data = {**context, **{name: grid_to_json(grid) for name, grid in scores.grids().items()}}
     text = json.dumps(data, indent=2) + "\n"
     return [*paths, write_atomic(out / JSON_FILE, text)]
