@@ -26,7 +26,7 @@ previous-token heads an induction head builds on, a useful contrast.
 
 Copying (`copying_scores`) reads the weights only: see its docstring for the
 definition. Tokens are drawn with replacement, so a token may occur twice within one
-repeat; the scores still look at i - T + 1, as Olsson et al. and TransformerLens do.
+repeat; the score still looks at i - T + 1 only, as TransformerLens's induction score does.
 
 Only decoder-only models are scored (`DecoderOnly`, and `PrefixLM`, whose prefix is
 bos alone on these sequences, so its attention is causal as GPT's): an encoder-only
@@ -125,11 +125,12 @@ def _repeat_length(ids: Tensor) -> int:
 
 
 def attention_weights(model: nn.Module, ids: Tensor) -> list[Tensor]:
-    """Each layer's self-attention weights on `ids`, (B, H, T, T), in eval mode.
+    """Each layer's self-attention weights on `ids` (B, N), as (B, H, N, N) float32, read
+    in eval mode without gradients (the model's mode is restored after).
 
     Raises:
         ValueError: a model that is not decoder-only, or an attention kernel that
-            gives no weights (linear attention).
+            gives no weights.
     """
     model = _decoder_only(model)
     names = [f"decoder.layers.{i}.self_attn.hook_weights" for i in range(len(model.decoder.layers))]
@@ -152,7 +153,7 @@ def _grid(rows: Sequence[Tensor]) -> Tensor:
     """(L, H) from one (H_l,) row per layer; NaN past a pruned layer's last head."""
     grid = torch.full((len(rows), max(len(row) for row in rows)), math.nan)
     for layer, row in enumerate(rows):
-        grid[layer, : len(row)] = row
+        grid[layer, : len(row)] = row.cpu()
     return grid
 
 
