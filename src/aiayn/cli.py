@@ -907,6 +907,61 @@ def patch(
         typer.echo(str(path))
 
 
+@app.command()
+def induction(
+    run: RunArg,
+    length: Annotated[int, typer.Option(help="Random tokens in each of the two repeats.")] = 50,
+    batch: Annotated[int, typer.Option(help="Sequences averaged over.")] = 8,
+    seed: Annotated[int, typer.Option(help="Seed of the random tokens.")] = 0,
+    out: Annotated[Path, typer.Option(help="Directory for induction.json and the PNGs.")] = Path(
+        "induction"
+    ),
+    device: DeviceOpt = "cpu",
+) -> None:
+    """Induction heads (Olsson et al. 2022) of a GPT run: each head's prefix-matching,
+    previous-token and copying scores on bos + random tokens repeated twice."""
+    from aiayn.analysis.induction import repeated_random_tokens, score_model, write_induction
+    from aiayn.apps.model_use import DECODER_ONLY
+    from aiayn.files import check_output
+
+    _warnings_to_stderr()
+    try:
+        check_output(out, "--out", directory=True)
+        for name, value in (("--length", length), ("--batch", batch)):
+            if value < 1:
+                raise ValueError(f"{name} must be at least 1, got {value}")
+        architecture = _architecture(run)
+        if architecture != DECODER_ONLY:
+            raise ValueError(
+                f"aiayn induction scores a GPT run (decoder_only); {run} holds a "
+                f"{architecture} model"
+            )
+        user = _load_lm(run, device, "generate")
+        cfg = user.model.cfg
+        if 1 + 2 * length > cfg.max_len:
+            raise ValueError(
+                f"--length {length} makes sequences of 1 + 2 x {length} tokens, more than the "
+                f"model's max_len {cfg.max_len}: use at most {(cfg.max_len - 1) // 2}"
+            )
+        specials = {cfg.pad_id, cfg.bos_id, cfg.eos_id, getattr(user.tokenizer, "unk_id", None)}
+        ids = repeated_random_tokens(
+            cfg.vocab_size, length, batch, seed, specials - {None}, cfg.bos_id
+        ).to(user.device)
+        scores = score_model(user.model, ids)
+        paths = write_induction(scores, out, run=str(run), length=length, batch=batch, seed=seed)
+    except (OSError, ValueError) as err:
+        raise _fail(err) from None
+    typer.echo("layer head  induction  previous-token  copying")
+    for layer, head in scores.top_heads():
+        matching, previous, copying = (
+            float(grid[layer, head])
+            for grid in (scores.induction, scores.previous_token, scores.copying)
+        )
+        typer.echo(f"{layer:>5} {head:>4}  {matching:>9.3f}  {previous:>14.3f}  {copying:>7.3f}")
+    for path in paths:
+        typer.echo(str(path), err=True)
+
+
 def _architecture(run: Path) -> str:
     """The model shape of the weights a run (or checkpoint) resolves to."""
     from aiayn.io.checkpoint import read_config, resolve_weights

@@ -500,14 +500,21 @@ class PatchingReport:
         }
         if self.heads:
             record["heads"] = {
-                kind: {"effect": _plain(effect), "patched": _plain(patched)}
+                kind: {"effect": grid_to_json(effect), "patched": grid_to_json(patched)}
                 for kind, (patched, effect) in self.heads.items()
             }
         return json.dumps(record, indent=2, ensure_ascii=False) + "\n"
 
 
-def _plain(grid: Tensor) -> list[list[float | None]]:
-    """A grid as JSON lists, NaN (a pruned model's missing head) as null."""
+def grid_to_json(grid: Tensor) -> list[list[float | None]]:
+    """A (layers, heads) grid as JSON lists, NaN (a pruned model's missing head) as null.
+
+    Args:
+        grid: a 2-D tensor.
+
+    Returns:
+        Its rows as lists of floats, None where NaN.
+    """
     return [[None if math.isnan(v) else v for v in row] for row in grid.tolist()]
 
 
