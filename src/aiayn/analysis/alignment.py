@@ -417,13 +417,11 @@ def best_layer(
     return int(np.argmin(errors))
 
 
-def _word_pairs(
-    tokenizer: Tokenizer, pairs: Sequence[tuple[str, str]]
-) -> list[tuple[list[str], list[str]]]:
-    def piece_words(ids: Sequence[int]) -> list[str]:
-        return words([tokenizer.id_to_piece(i) for i in ids])
-
-    return [(piece_words(s), piece_words(t)) for s, t in encode_pairs(tokenizer, pairs)]
+def _pieces(tokenizer: Tokenizer, text: str, ids: Sequence[int]) -> list[str]:
+    """The pieces of `text` as written (an unknown piece keeps its characters, not
+    "<unk>"), or the pieces of its ids should the two ever disagree in length."""
+    pieces = tokenizer.pieces(text)
+    return pieces if len(pieces) == len(ids) else [tokenizer.id_to_piece(i) for i in ids]
 
 
 def align_pairs(
@@ -455,17 +453,19 @@ def align_pairs(
     """
     limit = model.cfg.max_len
     encoded = encode_pairs(tokenizer, pairs)
-    kept = [(s, t) for s, t in encoded if s and t and len(s) < limit and len(t) < limit]
+    fits = [bool(s and t and len(s) < limit and len(t) < limit) for s, t in encoded]
+    kept = [ids for ids, fit in zip(encoded, fits, strict=True) if fit]
     if len(kept) < len(encoded):
         log.warning(
             "%d pair(s) empty or longer than %d tokens left out", len(encoded) - len(kept), limit
         )
     if not kept:
         raise ValueError(f"no pair has words on both sides and fits the model's max_len={limit}")
-    model1_data = _word_pairs(tokenizer, train_pairs)
+    model1_data = [(words(tokenizer.pieces(s)), words(tokenizer.pieces(t))) for s, t in train_pairs]
+    texts = [text for text, fit in zip(pairs, fits, strict=True) if fit]
     pieces = [
-        ([tokenizer.id_to_piece(i) for i in s], [tokenizer.id_to_piece(i) for i in t])
-        for s, t in kept
+        (_pieces(tokenizer, s, s_ids), _pieces(tokenizer, t, t_ids))
+        for (s, t), (s_ids, t_ids) in zip(texts, kept, strict=True)
     ]
     model1 = Model1.train([*model1_data, *((words(s), words(t)) for s, t in pieces)], iterations)
     references, per_layer, rolled, sentences = [], [], [], []
