@@ -309,7 +309,10 @@ class Model1:
             flat_group.append(np.repeat(np.arange(groups, groups + len(f)), len(e)))
             groups += len(f)
         keys, pair_of = np.unique(np.concatenate(flat_keys), return_inverse=True)
-        group = np.concatenate(flat_group)
+        del flat_keys  # the entries can number tens of millions: keep the indices small
+        pair_of = pair_of.astype(np.int32 if len(keys) < 2**31 else np.int64)
+        group = np.concatenate(flat_group).astype(pair_of.dtype)
+        del flat_group
         source_of = keys // n_target
         prob = np.ones(len(keys))  # uniform: any constant gives the same first E-step
         for _ in range(iterations):
