@@ -169,14 +169,15 @@ def test_rollout_of_two_layers_by_hand():
 
 
 def test_hooked_model_rollout_with_identity_self_attention(model):
-    cross = torch.stack([CROSS, CROSS]).unsqueeze(1).expand(2, 2, 4, 5)  # (L, H, T + 1, S + 1)
+    uniform = torch.full_like(CROSS, 0.2)  # layer 0's cross-attention; layer 1's is CROSS
     eye = torch.eye(4).expand(1, 2, 4, 4)
     hooked = {
-        "decoder.layers.0.cross_attn.hook_weights": replace(cross[0][None]),
-        "decoder.layers.1.cross_attn.hook_weights": replace(cross[1][None]),
+        "decoder.layers.0.cross_attn.hook_weights": replace(uniform.expand(1, 2, 4, 5)),
+        "decoder.layers.1.cross_attn.hook_weights": replace(CROSS.expand(1, 2, 4, 5)),
         "decoder.layers.*.self_attn.hook_weights": replace(eye),
     }
     with hooks(model, hooked):
         _, rolled = attention_matrices(model, SRC_IDS, TGT_IDS)
-    kept = CROSS[:3, :4]
-    torch.testing.assert_close(rolled, (kept / kept.sum(-1, keepdim=True)).float())
+    # 0.25 C_0 + 0.5 C_1 over the full matrices, then bos/eos cut and rows renormalised
+    kept = (uniform + 2 * CROSS)[:3, :4]
+    torch.testing.assert_close(rolled, kept / kept.sum(-1, keepdim=True))
