@@ -962,6 +962,63 @@ def induction(
         typer.echo(str(path), err=True)
 
 
+@app.command()
+def align(
+    run: RunArg,
+    pairs: Annotated[int, typer.Option(help="Pairs to align, from the start.")] = 100,
+    split: Annotated[
+        str | None,
+        typer.Option(callback=_utf8, help="The split of RUN's corpus to align (default: test)."),
+    ] = None,
+    src: Annotated[Path | None, typer.Option(help="Source file (with --ref).")] = None,
+    ref: Annotated[Path | None, typer.Option(help="Its translations (with --src).")] = None,
+    model1_pairs: Annotated[
+        int,
+        typer.Option(
+            "--model1-pairs", help="Pairs of RUN's train split IBM Model 1 also learns from."
+        ),
+    ] = 20000,
+    out: Annotated[Path, typer.Option(help="Directory for align.json.")] = Path("align"),
+    device: DeviceOpt = "cpu",
+) -> None:
+    """Word alignment from each layer's cross-attention and from attention rollout,
+    scored by AER against IBM Model 1's alignment of the same pairs."""
+    from aiayn.analysis.alignment import align_pairs, write_alignment
+    from aiayn.apps.model_use import ENCODER_DECODER
+    from aiayn.data.corpus import read_parallel
+    from aiayn.files import check_output
+
+    _warnings_to_stderr()
+    try:
+        check_output(out, "--out", directory=True)
+        if pairs < 1:
+            raise ValueError(f"--pairs must be at least 1, got {pairs}")
+        if model1_pairs < 0:
+            raise ValueError(f"--model1-pairs must be at least 0, got {model1_pairs}")
+        if (split is not None and src is not None) or (src is None) != (ref is None):
+            raise ValueError("give --split NAME or both --src FILE and --ref FILE, not both")
+        architecture = _architecture(run)
+        if architecture != ENCODER_DECODER:
+            raise ValueError(
+                f"aiayn align reads a translation model's cross-attention; {run} holds a "
+                f"{architecture} model"
+            )
+        if src is None or ref is None:
+            split = split or "test"
+            src, ref = _split_files(run, split)
+        train = []
+        if (run / "config.yaml").is_file() and model1_pairs:
+            train = read_parallel(*_split_files(run, "train"))[:model1_pairs]
+        chosen = read_parallel(src, ref)[:pairs]
+        translator = _load_translator(run, device, None)
+        report = align_pairs(translator.model, translator.tokenizer, chosen, train)
+        path = write_alignment(report, out, run=str(run), src=str(src), ref=str(ref))
+    except (OSError, ValueError) as err:
+        raise _fail(err) from None
+    typer.echo(report.table(), nl=False)
+    typer.echo(str(path), err=True)
+
+
 def _architecture(run: Path) -> str:
     """The model shape of the weights a run (or checkpoint) resolves to."""
     from aiayn.io.checkpoint import read_config, resolve_weights
