@@ -9,6 +9,7 @@ import typer
 from typer.core import TyperGroup
 
 from aiayn.config import Precision
+from aiayn.configs import recipe_names
 
 
 class _OneLineErrors(TyperGroup):
@@ -328,8 +329,9 @@ def train(
     config: Annotated[
         Path,
         typer.Argument(
-            help="A YAML recipe, or the name of a packaged one (bible-en-es-cpu, "
-            "bible-en-es-gpu, wmt14-en-de-base, wmt14-en-de-big, tiny-test; see configs/)."
+            help="A YAML recipe, or the name of a packaged one ("
+            + ", ".join(recipe_names())
+            + "; see configs/)."
         ),
     ],
     overrides: Annotated[

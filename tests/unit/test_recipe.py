@@ -59,3 +59,22 @@ def test_a_run_written_before_newer_model_fields_resumes(tmp_path):
     changed = {**resolved, "attention": "explicit"}
     with pytest.raises(ValueError, match=r"model\.attention differ"):
         check_same_run(tmp_path, {**new, "model": changed, "train": {"max_steps": 5}})
+
+
+def test_train_help_names_every_packaged_recipe():
+    from typer.testing import CliRunner
+
+    from aiayn.cli import app
+    from aiayn.configs import recipe_names, recipes_dir
+
+    names = recipe_names()
+    assert names == sorted(p.name.removesuffix(".yaml") for p in recipes_dir().iterdir()
+                           if p.suffix == ".yaml")  # fmt: skip
+    assert {"bible-en-es-cpu", "gpt-bible-en-cpu", "prefix-lm-translate-bible-en-es-cpu"} <= set(
+        names
+    )
+    shown = " ".join(
+        CliRunner().invoke(app, ["train", "--help"], terminal_width=400).output.split()
+    )
+    for name in names:
+        assert name in shown

@@ -14,6 +14,11 @@ def recipes_dir() -> Path:
     return Path(__file__).resolve().parent
 
 
+def recipe_names() -> list[str]:
+    """The packaged recipes' names (their file names without `.yaml`), sorted."""
+    return sorted(path.stem for path in recipes_dir().glob("*.yaml"))
+
+
 def find_recipe(path: Path) -> Path:
     """`path` itself if it exists, else the packaged recipe it names, if one does.
 
