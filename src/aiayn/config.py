@@ -262,7 +262,9 @@ class ModelConfig:
             attention (1 gives multi-query). Defaults to `n_heads` (plain MHA).
         d_k: size of each query/key head. Defaults to `d_model // n_heads`.
         d_v: size of each value head. Defaults to `d_model // n_heads`.
-        d_ff: inner size of the position-wise feed-forward network.
+        d_ff: inner size of the position-wise feed-forward network; 0 for none: every
+            layer is then attention-only, without the feed-forward sub-layer and its
+            residual and norm (Olsson et al. 2022's attention-only models).
         n_layers: N, layers in both stacks unless the two below are given.
         n_encoder_layers: encoder layers (defaults to `n_layers`).
         n_decoder_layers: decoder layers (defaults to `n_layers`).
@@ -352,8 +354,12 @@ class ModelConfig:
             if isinstance(getattr(self, name), Mapping):
                 set_field(self, name, tuple(getattr(self, name).items()))
         check_field_types(self)
-        for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len"):
+        for name in ("vocab_size", "d_model", "n_heads", "n_layers", "max_len"):
             _positive(name, getattr(self, name))
+        if self.d_ff < 0:
+            raise ValueError(
+                f"ModelConfig.d_ff must be >= 0 (0: attention-only layers), got {self.d_ff}"
+            )
         for name in ("n_kv_heads", "d_k", "d_v", "n_encoder_layers", "n_decoder_layers"):
             _positive(name, getattr(self, name))
         if self.type_vocab_size < 0:
@@ -473,7 +479,10 @@ class ModelConfig:
 
     @classmethod
     def tiny(cls, vocab_size: int, **overrides: Any) -> ModelConfig:
-        """A small model for tests and CPU demos: N=2, d_model 64, d_ff 256, h 4."""
+        """A small model for tests and CPU demos: N=2, d_model 64, d_ff 256, h 4.
+
+        Every preset takes `d_ff=0` as an override for attention-only layers (no
+        feed-forward sub-layer), e.g. `ModelConfig.tiny(v, d_ff=0)`."""
         preset = dict(d_model=64, n_heads=4, d_ff=256, n_layers=2, dropout=0.1, max_len=256)
         return cls(vocab_size=vocab_size, **{**preset, **overrides})
 

@@ -69,7 +69,8 @@ class DecoderOnly(PreSoftmaxProjection):
         residual_std = 0.02 / (2 * self.cfg.n_decoder_layers) ** 0.5
         for layer in self.decoder.layers:
             nn.init.normal_(layer.self_attn.out_proj.weight, std=residual_std)
-            nn.init.normal_(layer.feed_forward.linear2.weight, std=residual_std)
+            if layer.feed_forward is not None:  # None: attention-only (d_ff 0)
+                nn.init.normal_(layer.feed_forward.linear2.weight, std=residual_std)
 
     def forward(self, ids: Tensor, cache: DecoderCache | None = None) -> Tensor:
         """Next-token logits at every position.

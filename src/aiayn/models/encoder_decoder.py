@@ -202,8 +202,9 @@ def attention_sublayers(model: nn.Module) -> dict[str, MultiHeadAttention]:
     return found
 
 
-def _feed_forward(cfg: ModelConfig) -> FeedForward:
-    return FeedForward(cfg.d_model, cfg.d_ff, cfg.activation)
+def _feed_forward(cfg: ModelConfig) -> FeedForward | None:
+    # d_ff 0: attention-only layers (no feed-forward sub-layer)
+    return FeedForward(cfg.d_model, cfg.d_ff, cfg.activation) if cfg.d_ff else None
 
 
 def _final_norm(cfg: ModelConfig) -> nn.Module:

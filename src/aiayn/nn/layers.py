@@ -5,6 +5,9 @@ Shape legend: B batch, S source length, T target length, D d_model, F d_ff.
 Every sub-layer is wrapped as the paper has it, `LayerNorm(x + Dropout(Sublayer(x)))`
 (post-norm), or with `norm_first` as `x + Dropout(Sublayer(LayerNorm(x)))` (pre-norm).
 Layers receive their sub-modules ready-made; `aiayn.models.encoder_decoder` builds them from a config.
+A layer given no feed-forward network (`feed_forward=None`, a config's `d_ff=0`) is
+attention-only: it has no feed-forward sub-layer, residual or norm, and its
+`hook_resid_post` equals the stream after its last attention sub-layer.
 """
 
 from __future__ import annotations
@@ -73,12 +76,14 @@ class Residual(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    """Self-attention, then the feed-forward network, each wrapped in `Residual`."""
+    """Self-attention, then the feed-forward network, each wrapped in `Residual`.
+
+    With `feed_forward` None the layer is attention-only (no second sub-layer)."""
 
     def __init__(
         self,
         self_attn: MultiHeadAttention,
-        feed_forward: FeedForward,
+        feed_forward: FeedForward | None,
         d_model: int,
         dropout: float,
         norm_first: bool = False,
@@ -88,7 +93,9 @@ class EncoderLayer(nn.Module):
         self.self_attn = self_attn
         self.feed_forward = feed_forward
         self.attn_residual = Residual(d_model, dropout, norm_first, eps)
-        self.ff_residual = Residual(d_model, dropout, norm_first, eps)
+        self.ff_residual = (
+            None if feed_forward is None else Residual(d_model, dropout, norm_first, eps)
+        )
         # the residual stream entering, between the sub-layers, and leaving (`aiayn.nn.hooks`)
         self.hook_resid_pre, self.hook_resid_mid = HookPoint(), HookPoint()
         self.hook_resid_post = HookPoint()
@@ -106,7 +113,8 @@ class EncoderLayer(nn.Module):
         h = self.attn_residual.sublayer_input(x)
         out, _ = self.self_attn(h, h, mask, rotary=rotary, bias=bias)
         x = hooked(self.hook_resid_mid, self.attn_residual(x, out))
-        x = self.ff_residual(x, self.feed_forward(self.ff_residual.sublayer_input(x)))
+        if self.feed_forward is not None:
+            x = self.ff_residual(x, self.feed_forward(self.ff_residual.sublayer_input(x)))
         return hooked(self.hook_resid_post, x)
 
 
@@ -116,14 +124,15 @@ class DecoderLayer(nn.Module):
     The self-attention's pattern is causal unless a `self_mask` says otherwise.
 
     Without `cross_attn` it is the block of a decoder-only stack (GPT): causal
-    self-attention and the feed-forward network.
+    self-attention and the feed-forward network. With `feed_forward` None it has no
+    feed-forward sub-layer (attention-only).
     """
 
     def __init__(
         self,
         self_attn: MultiHeadAttention,
         cross_attn: MultiHeadAttention | None,
-        feed_forward: FeedForward,
+        feed_forward: FeedForward | None,
         d_model: int,
         dropout: float,
         norm_first: bool = False,
@@ -137,7 +146,9 @@ class DecoderLayer(nn.Module):
         self.cross_residual = (
             None if cross_attn is None else Residual(d_model, dropout, norm_first, eps)
         )
-        self.ff_residual = Residual(d_model, dropout, norm_first, eps)
+        self.ff_residual = (
+            None if feed_forward is None else Residual(d_model, dropout, norm_first, eps)
+        )
         # the residual stream entering, after self-attention, after encoder-decoder
         # attention (with it) and leaving (`aiayn.nn.hooks`)
         self.hook_resid_pre, self.hook_resid_mid = HookPoint(), HookPoint()
@@ -180,5 +191,6 @@ class DecoderLayer(nn.Module):
             h = self.cross_residual.sublayer_input(x)
             out, _ = self.cross_attn(h, memory, memory_mask, cache=cross_cache)
             x = hooked(self.hook_resid_cross, self.cross_residual(x, out))
-        x = self.ff_residual(x, self.feed_forward(self.ff_residual.sublayer_input(x)))
+        if self.feed_forward is not None:
+            x = self.ff_residual(x, self.feed_forward(self.ff_residual.sublayer_input(x)))
         return hooked(self.hook_resid_post, x)

@@ -4,16 +4,28 @@ data:        a monolingual corpus's documents -> one id stream (eos after each)
              -> blocks of max_len + 1 ids, consecutive blocks sharing one id
              (`aiayn.data.lm.pack`): no padding, every id a target once
 loss:        network(block[:-1]) -> logits -> label-smoothed cross-entropy on block[1:]
-validation:  the loss and its perplexity (`evaluate_task` logs both)
+validation:  the loss and its perplexity (`evaluate_task` logs both), and the
+             in-context loss (Olsson et al. 2022): the mean unsmoothed loss at the
+             block positions in the late window minus that in the early window
+             (`in_context_loss`). Positions are 0-based input positions t of a block
+             of T = max_len, position t predicting id t + 1; a window (a, b) holds
+             the positions floor(a*T) <= t < ceil(b*T). By default early is
+             (0.05, 0.15), the tenth of the block centred on its first tenth, and
+             late (0.9, 1.0), its last tenth: Olsson et al.'s "loss at token 500
+             minus loss at token 50" for blocks of 500. Negative when the model
+             predicts later tokens better, from the context before them.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, ClassVar
+import math
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-from torch import nn
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
 
 from aiayn.config import ModelConfig, TrainConfig
 from aiayn.data.lm import MakeBatch, SequenceBatches, TokenBatch, pack, padded, read_documents
@@ -26,8 +38,56 @@ if TYPE_CHECKING:
     from aiayn.data.corpus import PreparedCorpus
     from aiayn.data.tokenizer import Tokenizer
     from aiayn.training.distributed import DistEnv
+    from aiayn.training.tasks.base import Batches
 
 log = logging.getLogger(__name__)
+
+EARLY_WINDOW = (0.05, 0.15)
+LATE_WINDOW = (0.9, 1.0)
+
+
+def window_positions(window: Any, length: int, name: str) -> range:
+    """The positions floor(a*length) <= t < ceil(b*length) of the window (a, b).
+
+    Raises:
+        ValueError: `window` is not two numbers 0 <= a < b <= 1, naming the option.
+    """
+    pair = tuple(window) if isinstance(window, list | tuple) else ()
+    if len(pair) != 2 or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in pair
+    ):
+        raise ValueError(
+            f"data.task_options: lm {name} must be two fractions [a, b], got {window!r}"
+        )
+    a, b = pair
+    if not 0 <= a < b <= 1:
+        raise ValueError(f"data.task_options: lm {name} must have 0 <= a < b <= 1, got [{a}, {b}]")
+    return range(math.floor(a * length), math.ceil(b * length))
+
+
+def in_context_loss(
+    logits: Tensor, labels: Tensor, pad_id: int, early: range, late: range
+) -> tuple[float, float, float, float]:
+    """Unsmoothed cross-entropy summed and counted over the `early` and `late` positions.
+
+    Args:
+        logits: (B, T, V) next-token logits.
+        labels: (B, T) next ids, `pad_id` where there is none.
+        pad_id: the label of positions without a target.
+        early, late: the positions of the two windows (`window_positions`).
+
+    Returns:
+        (early_sum, early_count, late_sum, late_count).
+    """
+    nll = F.cross_entropy(
+        logits.float().transpose(1, 2), labels, ignore_index=pad_id, reduction="none"
+    )  # (B, T)
+    real = labels != pad_id
+    sums = []
+    for window in (early, late):
+        cols = slice(window.start, min(window.stop, labels.shape[1]))
+        sums += [float(nll[:, cols].sum()), int(real[:, cols].sum())]
+    return sums[0], sums[1], sums[2], sums[3]
 
 
 def token_loss(
@@ -101,20 +161,37 @@ class LanguageModelTask:
 
     Args:
         cfg: the model's config: `max_len` is the block length the model reads.
+        in_context_early, in_context_late: the in-context loss's windows [a, b] as
+            fractions of the block (module docstring), the task's options (a recipe's
+            `data.task_options`).
+
+    Raises:
+        ValueError: a window that is not 0 <= a < b <= 1.
     """
 
     name: ClassVar[str] = "lm"
+    options: ClassVar[tuple[str, ...]] = ("in_context_early", "in_context_late")
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        in_context_early: Any = EARLY_WINDOW,
+        in_context_late: Any = LATE_WINDOW,
+    ) -> None:
         self.cfg = cfg
+        self.early = window_positions(in_context_early, cfg.max_len, "in_context_early")
+        self.late = window_positions(in_context_late, cfg.max_len, "in_context_late")
+        self.valid: Batches | None = None
 
     def build_data(
         self, corpus: PreparedCorpus, tokenizer: Tokenizer, config: TrainConfig, env: DistEnv
     ) -> TaskData:
         """Blocks of max_len + 1 ids, consecutive ones sharing an id, in token-budget batches."""
-        return packed_batches(
+        data = packed_batches(
             corpus, tokenizer, config, env, self.cfg.max_len + 1, 1, self.make_batch, self.name
         )
+        self.valid = data.valid
+        return data
 
     def make_batch(self, blocks: Sequence[Sequence[int]], rng: np.random.Generator) -> TokenBatch:
         """Inputs block[:-1], labels block[1:] (`rng` is not needed: nothing is drawn)."""
@@ -131,5 +208,21 @@ class LanguageModelTask:
         return batch.n_targets
 
     def validation_metrics(self, model: nn.Module, autocast: Autocast) -> dict[str, float]:
-        """{}: the validation perplexity comes with the loss (`evaluate_task`)."""
-        return {}
+        """{"in_context_loss": late-window loss - early-window loss, "early_loss",
+        "late_loss"} over the valid blocks (the module docstring defines the windows);
+        the perplexity comes with the loss (`evaluate_task`). {} without valid blocks."""
+        if self.valid is None:
+            return {}
+        device = next(model.parameters()).device
+        totals = [0.0, 0, 0.0, 0]
+        with torch.no_grad():
+            for batch in self.valid.epoch(0):
+                batch = batch.to(device)
+                with autocast():
+                    logits = model(batch.inputs)  # (B, T, V)
+                sums = in_context_loss(logits, batch.labels, self.cfg.pad_id, self.early, self.late)
+                totals = [t + s for t, s in zip(totals, sums, strict=True)]
+        if not totals[1] or not totals[3]:
+            return {}
+        early, late = totals[0] / totals[1], totals[2] / totals[3]
+        return {"in_context_loss": late - early, "early_loss": early, "late_loss": late}
