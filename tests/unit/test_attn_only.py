@@ -10,8 +10,11 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from test_heads import WordTokenizer, sentence_pairs, tiny_model
 
 from aiayn import ModelConfig
+from aiayn.analysis.heads import head_report
+from aiayn.analysis.pruning import prune_heads
 from aiayn.configs import recipes_dir
 from aiayn.data.lm import TokenBatch, prepare_lm_text
 from aiayn.data.prepare import PrepareConfig
@@ -19,6 +22,7 @@ from aiayn.inference.decoding import start
 from aiayn.inference.frozen import freeze
 from aiayn.io.checkpoint import load_model, save_model
 from aiayn.models import build_model
+from aiayn.nn.hooks import run_with_cache
 from aiayn.training.budget import forward_matmul_flops
 from aiayn.training.recipe import load_recipe
 from aiayn.training.tasks import build_task
@@ -72,8 +76,6 @@ def test_an_attention_only_layer_is_attention_plus_residual(architecture, norm_f
 
 
 def test_resid_post_equals_the_cross_residual_in_an_encoder_decoder():
-    from aiayn.nn.hooks import run_with_cache
-
     model = attn_only("encoder_decoder")
     src, tgt = torch.randint(3, VOCAB, (2, 6)), torch.randint(3, VOCAB, (2, 4))
     with torch.no_grad():
@@ -224,3 +226,21 @@ def test_the_two_induction_recipes_differ_only_in_d_ff():
     assert a.train == b.train and a.task_options == b.task_options
     assert a.train.valid_every_steps <= 100
     assert {**b.model, "d_ff": 0} == a.model
+
+
+def test_pruning_heads_and_int8_work_without_feed_forward():
+    model = tiny_model(d_ff=0)
+    src, tgt = torch.randint(3, 12, (2, 5)), torch.randint(3, 12, (2, 4))
+    pruned = prune_heads(model, {"decoder.0.self": [1]}).eval()
+    # removing a head = masking it out in the unpruned model
+    model.decoder.layers[0].self_attn.head_mask = torch.tensor([1.0, 0.0])
+    with torch.no_grad():
+        torch.testing.assert_close(pruned(src, tgt), model(src, tgt), atol=1e-5, rtol=1e-5)
+    model.decoder.layers[0].self_attn.head_mask = None
+    report = head_report(model, WordTokenizer(), sentence_pairs(6), progress=False)
+    assert len(report.heads) == 2 * 3 * 2  # encoder self, decoder self and cross, 2 heads
+    assert math.isfinite(report.baseline_nll)
+    gpt = attn_only()
+    ids = torch.randint(3, VOCAB, (2, 7))
+    with torch.no_grad():
+        torch.testing.assert_close(freeze(gpt, torch.int8)(ids), gpt(ids), atol=0.1, rtol=0.1)

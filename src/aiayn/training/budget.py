@@ -9,7 +9,8 @@ FLOPs count a multiply-add as 2 and only the matrix products (the linear layers 
 the two attention products); embeddings, softmax, layer norms and the loss are not
 counted. For one batch of B pairs padded to S source and T target positions (eos /
 bos included), with D = d_model, H heads of size Dk (queries, keys) and Dv (values),
-Hkv key/value heads, F = d_ff and V the vocabulary, the forward pass is
+Hkv key/value heads, F = d_ff (0 for attention-only layers: no FFN products) and V the
+vocabulary, the forward pass is
 
     per encoder layer   2*B*S*D*(H*Dk + Hkv*Dk + Hkv*Dv + H*Dv + 2*F)    projections, FFN
                         + 2*B*H*S*S*(Dk + Dv)                            Q K^T and A V
