@@ -3,7 +3,8 @@
     data:                     # where the examples come from and what is learned
       corpus: DIR             #   a directory from `aiayn prepare`
       task: translation       #   a name in `aiayn.training.tasks.TASKS` (default: the shape's task)
-      task_options: {}        #   the task's own settings (mlm: select, to_mask, to_random)
+      task_options: {}        #   the task's own settings (mlm: select, to_mask, to_random;
+                              #   lm: in_context_early, in_context_late)
     model: {preset: base, ...}   # `ModelConfig` fields (preset: tiny | base | big | gpt | bert)
     train: {max_steps: ..., ...} # `TrainConfig` fields
 
