@@ -244,3 +244,10 @@ def test_pruning_heads_and_int8_work_without_feed_forward():
     ids = torch.randint(3, VOCAB, (2, 7))
     with torch.no_grad():
         torch.testing.assert_close(freeze(gpt, torch.int8)(ids), gpt(ids), atol=0.1, rtol=0.1)
+
+
+def test_a_frozen_attention_only_encoder_decoder_equals_the_literal_one():
+    model = attn_only("encoder_decoder")
+    src, tgt = torch.randint(3, VOCAB, (2, 6)), torch.randint(3, VOCAB, (2, 4))
+    with torch.no_grad():
+        torch.testing.assert_close(freeze(model)(src, tgt), model(src, tgt), atol=1e-5, rtol=1e-5)

@@ -8,7 +8,7 @@ its name is its path in the model (`model.named_modules()`), for example
     encoder.layers.0.self_attn.hook_q        queries per head, (B, H, T, Dk)
     encoder.layers.0.self_attn.hook_weights  attention weights, (B, H, T, S)
     encoder.layers.0.self_attn.hook_z        each head's output before W^O, (B, H, T, Dv)
-    decoder.layers.1.feed_forward.hook_hidden  the FFN's hidden layer, (B, T, F)
+    decoder.layers.1.feed_forward.hook_hidden  the FFN's hidden layer, (B, T, F); absent with d_ff 0
     hook_logits                              the pre-softmax logits, (B, T, V)
 
 A function hooked on a point gets the activation and the point's name; it returns
