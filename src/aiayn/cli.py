@@ -708,9 +708,13 @@ def attention(
         decode = DecodeConfig(beam=beam, alpha=alpha)
         translator = _load_translator(run, device, tokenizer)
         if html is not None:
+            from aiayn.analysis.heads import HEADS_FILE, read_head_records
             from aiayn.apps.explorer import attention_payload, write_explorer_html
 
-            payload = {"run": str(run), **attention_payload(translator, sentence, decode)}
+            scores = (run if run.is_dir() else run.parent) / HEADS_FILE  # from aiayn heads
+            corpus = read_head_records(scores) if scores.is_file() else None
+            payload = attention_payload(translator, sentence, decode, corpus=corpus)
+            payload = {"run": str(run), **payload}
             paths = {"html": write_explorer_html(payload, html)}
         else:
             paths = plot_translation_attention(
