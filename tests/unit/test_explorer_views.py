@@ -178,3 +178,25 @@ def test_cli_html_bad_heads_json_is_one_line(tmp_path: Path, run: Path) -> None:
     assert str(heads_json) in result.output and "record 1" in result.output
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
     assert not out.exists()
+
+
+# ----- aiayn serve: heads.json read beside the run --------------------------------------
+
+
+def test_served_payload_carries_the_runs_heads_json(
+    tmp_path: Path, translator: Translator, caplog: pytest.LogCaptureFixture
+) -> None:
+    from aiayn.apps.serve.batcher import Sentence
+    from aiayn.apps.serve.engine import Options, TranslationEngine, corpus_heads
+
+    run = tmp_path / "run"
+    assert corpus_heads(run) is None  # no file: nothing changes
+    _heads_json(run / HEADS_FILE, translator)
+    engine = TranslationEngine(translator, threads=1, corpus=corpus_heads(run))
+    options = Options(DecodeConfig(beam=1), attention=True)
+    (result,) = engine.run_batch(options, [Sentence(SENTENCE, translator.encode([SENTENCE])[0])])
+    assert result["attention"]["attention"]["decoder"]["corpus"][0][1]["ablation"] == -(100 + 1)
+    (run / HEADS_FILE).write_text("{broken", encoding="utf-8")
+    with caplog.at_level("WARNING"):
+        assert corpus_heads(run) is None  # the server starts without the corpus numbers
+    assert str(run / HEADS_FILE) in caplog.text
