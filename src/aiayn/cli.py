@@ -922,6 +922,10 @@ def induction(
     out: Annotated[Path, typer.Option(help="Directory for induction.json and the PNGs.")] = Path(
         "induction"
     ),
+    html: Annotated[
+        Path | None,
+        typer.Option(help="Also write the three grids as one HTML page (opens offline)."),
+    ] = None,
     device: DeviceOpt = "cpu",
 ) -> None:
     """Induction heads (Olsson et al. 2022) of a GPT run: each head's prefix-matching,
@@ -933,6 +937,8 @@ def induction(
     _warnings_to_stderr()
     try:
         check_output(out, "--out", directory=True)
+        if html is not None:
+            check_output(html, "--html")
         for name, value in (("--length", length), ("--batch", batch)):
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
@@ -954,7 +960,12 @@ def induction(
             cfg.vocab_size, length, batch, seed, specials - {None}, cfg.bos_id
         ).to(user.device)
         scores = score_model(user.model, ids)
-        paths = write_induction(scores, out, run=str(run), length=length, batch=batch, seed=seed)
+        context = {"run": str(run), "length": length, "batch": batch, "seed": seed}
+        paths = write_induction(scores, out, **context)
+        if html is not None:
+            from aiayn.apps.explorer.induction import write_induction_html
+
+            paths.append(write_induction_html(scores, html, **context))
     except (OSError, ValueError) as err:
         raise _fail(err) from None
     typer.echo("layer head  induction  previous-token  copying")
