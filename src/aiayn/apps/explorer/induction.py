@@ -66,6 +66,8 @@ def induction_html(scores: InductionScores, **context: Any) -> str:
         f"<style>{_STYLE}</style></head><body>",
         "<h1>aiayn induction heads</h1>",
         f'<p class="context">{html.escape(described)}</p>',
+        "<p>Rows are layers, columns heads. Colour (viridis, dark to yellow): 0 to 1 for "
+        "the two attention scores, -1 to 1 for copying; – where a score is undefined.</p>",
     ]
     for name, grid in scores.grids().items():
         heading, low, high = SCORES[name]
