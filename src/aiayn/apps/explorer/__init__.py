@@ -18,6 +18,11 @@ and encoder-decoder attention, whose keys end with the source's eos) or on bos
 (decoder self-attention, whose keys have no eos), and monotonicity for
 encoder-decoder attention.
 
+Two views from the analysis modules join them: with the run's heads.json (`aiayn
+heads`, read by `aiayn.analysis.heads.read_head_records`), each head's numbers over
+the corpus beside this sentence's; and the decoder's logit lens of the translation
+(`lens_payload`, `aiayn.analysis.logit_lens`), top-1 piece per layer and position.
+
 The page itself is `STATIC_DIR` (index.html, explorer.js, explorer.css): plain
 JavaScript drawing on canvas, nothing fetched from elsewhere. `aiayn serve`
 mounts it at `/` and answers its `POST /v1/translate`; `explorer_html` inlines it
