@@ -301,13 +301,18 @@ def test_served_explorer_reports_a_refused_request(browser: Any, server: str) ->
     assert not browser.find_element(By.ID, "result").is_displayed()
 
 
+def _exported_payload(page: Path) -> dict[str, Any]:
+    """The payload embedded in an `aiayn attention --html` page."""
+    text = page.read_text(encoding="utf-8")
+    start = text.index('id="aiayn-data">') + len('id="aiayn-data">')
+    return json.loads(text[start : text.index("</script>", start)])
+
+
 def test_html_export_opens_offline(browser: Any, run: Path, tmp_path: Path) -> None:
     page = tmp_path / "explorer.html"
     result = CliRunner().invoke(app, ["attention", str(run), SENTENCE, "--html", str(page)])
     assert result.exit_code == 0, result.output
-    text = page.read_text(encoding="utf-8")
-    start = text.index('id="aiayn-data">') + len('id="aiayn-data">')
-    payload = json.loads(text[start : text.index("</script>", start)])
+    payload = _exported_payload(page)
 
     browser.execute_cdp_cmd("Network.enable", {})
     browser.execute_cdp_cmd(
@@ -363,9 +368,7 @@ def test_html_export_shows_corpus_numbers_and_the_logit_lens(
     page = tmp_path / "explorer.html"
     result = CliRunner().invoke(app, ["attention", str(run), SENTENCE, "--html", str(page)])
     assert result.exit_code == 0, result.output
-    text = page.read_text(encoding="utf-8")
-    start = text.index('id="aiayn-data">') + len('id="aiayn-data">')
-    payload = json.loads(text[start : text.index("</script>", start)])
+    payload = _exported_payload(page)
     _severe_console_errors(browser)  # forget earlier pages' messages
     browser.get(page.as_uri())
 

@@ -410,16 +410,7 @@
     ];
     if (m.monotonicity !== null && m.monotonicity !== undefined) metrics.push(["monotonicity", fixed(m.monotonicity, 3)]);
     const applies = metrics.filter(([, value]) => /[0-9a-z]/.test(value)); // offsets: self-attention only
-    const table = $("detail-metrics");
-    table.replaceChildren();
-    for (const [name, value] of applies) {
-      const pair = document.createElement("div");
-      const dt = document.createElement("dt"), dd = document.createElement("dd");
-      dt.textContent = name;
-      dd.textContent = value;
-      pair.append(dt, dd);
-      table.append(pair);
-    }
+    fillPairs($("detail-metrics"), applies);
     fillCorpus(attention.corpus ? attention.corpus[layer][head] : null, Boolean(attention.corpus));
     const keyList = $("detail-keys"), queryList = $("detail-queries");
     keyList.replaceChildren(...keys.map((piece) => labelItem(piece, cell, "width")));
@@ -453,14 +444,17 @@
   // The head's heads.json record beside this sentence's numbers; hidden without heads.json.
   function fillCorpus(record, haveFile) {
     $("detail-corpus-box").hidden = !haveFile;
-    const table = $("detail-corpus");
-    table.replaceChildren();
-    if (!haveFile) return;
     const rows = record
       ? CORPUS_METRICS.filter(([key]) => record[key] !== null && record[key] !== undefined)
         .map(([key, label, digits, unit]) => [label, fixed(record[key], digits) + unit])
       : [["", "not in heads.json"]];
-    for (const [name, value] of rows) {
+    fillPairs($("detail-corpus"), haveFile ? rows : []);
+  }
+
+  // A <dl> of [name, value] pairs, each a <div> holding its <dt> and <dd>.
+  function fillPairs(table, pairs) {
+    table.replaceChildren();
+    for (const [name, value] of pairs) {
       const pair = document.createElement("div");
       const dt = document.createElement("dt"), dd = document.createElement("dd");
       dt.textContent = name;
