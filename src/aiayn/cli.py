@@ -708,9 +708,13 @@ def attention(
         decode = DecodeConfig(beam=beam, alpha=alpha)
         translator = _load_translator(run, device, tokenizer)
         if html is not None:
+            from aiayn.analysis.heads import HEADS_FILE, read_head_records
             from aiayn.apps.explorer import attention_payload, write_explorer_html
 
-            payload = {"run": str(run), **attention_payload(translator, sentence, decode)}
+            scores = (run if run.is_dir() else run.parent) / HEADS_FILE  # from aiayn heads
+            corpus = read_head_records(scores) if scores.is_file() else None
+            payload = attention_payload(translator, sentence, decode, corpus=corpus)
+            payload = {"run": str(run), **payload}
             paths = {"html": write_explorer_html(payload, html)}
         else:
             paths = plot_translation_attention(
@@ -918,6 +922,10 @@ def induction(
     out: Annotated[Path, typer.Option(help="Directory for induction.json and the PNGs.")] = Path(
         "induction"
     ),
+    html: Annotated[
+        Path | None,
+        typer.Option(help="Also write the three grids as one HTML page (opens offline)."),
+    ] = None,
     device: DeviceOpt = "cpu",
 ) -> None:
     """Induction heads (Olsson et al. 2022) of a GPT run: each head's prefix-matching,
@@ -929,6 +937,8 @@ def induction(
     _warnings_to_stderr()
     try:
         check_output(out, "--out", directory=True)
+        if html is not None:
+            check_output(html, "--html")
         for name, value in (("--length", length), ("--batch", batch)):
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
@@ -950,7 +960,12 @@ def induction(
             cfg.vocab_size, length, batch, seed, specials - {None}, cfg.bos_id
         ).to(user.device)
         scores = score_model(user.model, ids)
-        paths = write_induction(scores, out, run=str(run), length=length, batch=batch, seed=seed)
+        context = {"run": str(run), "length": length, "batch": batch, "seed": seed}
+        paths = write_induction(scores, out, **context)
+        if html is not None:
+            from aiayn.apps.explorer.induction import write_induction_html
+
+            paths.append(write_induction_html(scores, html, **context))
     except (OSError, ValueError) as err:
         raise _fail(err) from None
     typer.echo("layer head  induction  previous-token  copying")

@@ -301,13 +301,18 @@ def test_served_explorer_reports_a_refused_request(browser: Any, server: str) ->
     assert not browser.find_element(By.ID, "result").is_displayed()
 
 
+def _exported_payload(page: Path) -> dict[str, Any]:
+    """The payload embedded in an `aiayn attention --html` page."""
+    text = page.read_text(encoding="utf-8")
+    start = text.index('id="aiayn-data">') + len('id="aiayn-data">')
+    return json.loads(text[start : text.index("</script>", start)])
+
+
 def test_html_export_opens_offline(browser: Any, run: Path, tmp_path: Path) -> None:
     page = tmp_path / "explorer.html"
     result = CliRunner().invoke(app, ["attention", str(run), SENTENCE, "--html", str(page)])
     assert result.exit_code == 0, result.output
-    text = page.read_text(encoding="utf-8")
-    start = text.index('id="aiayn-data">') + len('id="aiayn-data">')
-    payload = json.loads(text[start : text.index("</script>", start)])
+    payload = _exported_payload(page)
 
     browser.execute_cdp_cmd("Network.enable", {})
     browser.execute_cdp_cmd(
@@ -332,3 +337,69 @@ def test_html_export_opens_offline(browser: Any, run: Path, tmp_path: Path) -> N
             "Network.emulateNetworkConditions",
             {"offline": False, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1},
         )
+
+
+def _synthetic_heads_json(run: Path) -> Path:
+    """RUN/heads/heads.json as `aiayn heads` writes it, each number telling its head apart."""
+    from aiayn.analysis.heads import HEADS_FILE
+    from aiayn.apps.translate import Translator
+
+    cfg = Translator.load(run).model.cfg
+    layers = {"encoder": cfg.n_encoder_layers, "decoder": cfg.n_decoder_layers}
+    layers["cross"] = cfg.n_decoder_layers
+    records = [
+        {"kind": kind, "layer": layer, "head": head, "entropy": 1 + layer + head / 10,
+         "confidence": 0.5, "ablation": 0.1234 + layer + head / 100, "gradient": 0.0042}
+        for kind in layers
+        for layer in range(layers[kind])
+        for head in range(cfg.n_heads)
+    ]  # fmt: skip
+    path = run / HEADS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"sentences": 200, "heads": records}), encoding="utf-8")
+    return path
+
+
+def test_html_export_shows_corpus_numbers_and_the_logit_lens(
+    browser: Any, tmp_path: Path, screenshots: Path
+) -> None:
+    run = make_run(tmp_path / "run", max_len=64)  # its own: AIAYN_EXPLORER_RUN stays untouched
+    _synthetic_heads_json(run)
+    page = tmp_path / "explorer.html"
+    result = CliRunner().invoke(app, ["attention", str(run), SENTENCE, "--html", str(page)])
+    assert result.exit_code == 0, result.output
+    payload = _exported_payload(page)
+    _severe_console_errors(browser)  # forget earlier pages' messages
+    browser.get(page.as_uri())
+
+    # a head's numbers over the corpus, beside this sentence's
+    layer, head = 1, 2
+    _open_head(browser, "cross", layer, head)
+    corpus = browser.find_element(By.ID, "detail-corpus-box")
+    assert corpus.is_displayed()
+    shown = dict(
+        zip(_texts(browser, "#detail-corpus dt"), _texts(browser, "#detail-corpus dd"), strict=True)
+    )
+    record = payload["attention"]["cross"]["corpus"][layer][head]
+    assert shown["ablation (importance)"] == f"{record['ablation']:.4f} nats/token"
+    assert shown["entropy"] == f"{record['entropy']:.3f} nats"
+    assert record["ablation"] == pytest.approx(0.1234 + layer + head / 100)
+    sentence = _texts(browser, "#detail-metrics dt")
+    assert "entropy" in sentence  # this sentence's numbers stay
+    browser.save_screenshot(str(screenshots / "explorer-corpus.png"))
+    _close_head(browser)
+
+    # the logit lens: the last layer on top, the embedding at the bottom
+    browser.find_element(By.ID, "lens-tab").click()
+    assert browser.find_element(By.ID, "lens-view").is_displayed()
+    assert not browser.find_element(By.CSS_SELECTOR, ".panels").is_displayed()
+    lens = payload["lens"]
+    rows = browser.find_elements(By.CSS_SELECTOR, "#lens-grid tbody tr")
+    assert [r.find_element(By.TAG_NAME, "th").text for r in rows] == lens["layers"][::-1]
+    for row, top in zip(rows, lens["top"][::-1], strict=True):
+        cells = row.find_elements(By.TAG_NAME, "td")
+        assert [c.get_attribute("textContent") for c in cells] == top
+    assert _texts(browser, "#lens-grid tfoot th")[1:] == lens["inputs"]
+    assert _texts(browser, "#lens-grid thead th")[1:] == lens["targets"]
+    browser.save_screenshot(str(screenshots / "explorer-lens.png"))
+    assert _severe_console_errors(browser) == []

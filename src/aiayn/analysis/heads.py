@@ -678,3 +678,52 @@ def write_head_report(
             )
         )
     return paths
+
+
+# ----- reading heads.json back -----------------------------------------------------------
+
+HeadKey = tuple[AttentionKind, int, int]  # kind, layer, head
+
+
+def read_head_records(path: str | Path) -> dict[HeadKey, dict[str, Any]]:
+    """The per-head records of a heads.json written by `write_head_report`.
+
+    Args:
+        path: the heads.json.
+
+    Returns:
+        (kind, layer, head) -> that head's metrics by their JSON keys (kind, layer and
+        head left out); a metric the file lacks is absent, one that does not apply is None.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: not JSON, no "heads" list, or a record without a valid kind
+            (encoder, decoder, cross), layer and head, or listed twice; named by
+            file and record number.
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path} is not readable JSON ({err}); rerun `aiayn heads`") from None
+    records = data.get("heads") if isinstance(data, dict) else None
+    if not isinstance(records, list):
+        raise ValueError(f'{path} has no "heads" list; rerun `aiayn heads`')
+    kinds = {kind.value: kind for kind in AttentionKind}
+    heads: dict[HeadKey, dict[str, Any]] = {}
+    for number, record in enumerate(records, start=1):
+        try:
+            key = (kinds[record["kind"]], int(record["layer"]), int(record["head"]))
+            if key[1] < 0 or key[2] < 0 or isinstance(record["layer"], bool):
+                raise ValueError
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(
+                f"{path}: record {number} needs a kind ({', '.join(kinds)}), a layer and a "
+                "head, each counted from 0"
+            ) from None
+        if key in heads:
+            raise ValueError(
+                f"{path}: record {number} repeats {key[0].value} layer {key[1]} head {key[2]}"
+            )
+        heads[key] = {k: v for k, v in record.items() if k not in ("kind", "layer", "head")}
+    return heads

@@ -18,6 +18,11 @@ and encoder-decoder attention, whose keys end with the source's eos) or on bos
 (decoder self-attention, whose keys have no eos), and monotonicity for
 encoder-decoder attention.
 
+Two views from the analysis modules join them: with the run's heads.json (`aiayn
+heads`, read by `aiayn.analysis.heads.read_head_records`), each head's numbers over
+the corpus beside this sentence's; and the decoder's logit lens of the translation
+(`lens_payload`, `aiayn.analysis.logit_lens`), top-1 piece per layer and position.
+
 The page itself is `STATIC_DIR` (index.html, explorer.js, explorer.css): plain
 JavaScript drawing on canvas, nothing fetched from elsewhere. `aiayn serve`
 mounts it at `/` and answers its `POST /v1/translate`; `explorer_html` inlines it
@@ -27,13 +32,15 @@ with a payload for a page that needs no server.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from aiayn.analysis.heads import KIND_TITLES, HeadSums
+from aiayn.analysis.heads import KIND_TITLES, HeadKey, HeadSums
+from aiayn.analysis.logit_lens import logit_lens
 from aiayn.analysis.viz import AttentionKind, hypothesis_attention
 from aiayn.apps.translate import Translator
 from aiayn.files import write_atomic
@@ -89,8 +96,48 @@ def _rounded(metrics: dict[str, Any]) -> dict[str, Any]:
     return {k: round(v, DIGITS) if isinstance(v, float) else v for k, v in metrics.items()}
 
 
+def lens_payload(translator: Translator, text: str, best: Hypothesis) -> dict[str, Any]:
+    """The decoder's logit lens (`aiayn.analysis.logit_lens`) of one translation, top-1 only.
+
+    The decoder reads bos + the hypothesis, as in the attention maps, and each
+    position follows the hypothesis's next token (eos after the last).
+
+    Returns:
+        {"layers" ("embed", "layer 0", ...), "inputs" / "targets" (the pieces read and
+        followed at each position), "top" [layer][position] (the lens's likeliest
+        piece), "prob" [layer][position] (its probability), "target_prob"
+        [layer][position] (the followed token's)}, probabilities rounded to DIGITS.
+    """
+    model, tokenizer = translator.model, translator.tokenizer
+    cfg = model.cfg
+    src = translator.to_batch(translator.encode([text]))  # (1, S)
+    tgt_in = torch.tensor([[cfg.bos_id, *best.tokens]], device=src.device)  # (1, T)
+    tgt_out = torch.tensor([[*best.tokens, cfg.eos_id]], device=src.device)
+    result = logit_lens(model, (src, tgt_in), top_k=1, target=tgt_out)
+
+    def pieces(ids: list[int]) -> list[str]:
+        return [tokenizer.id_to_piece(i) for i in ids]
+
+    def rounded(probs: Tensor) -> list[list[float]]:  # (L + 1, T)
+        return probs.double().cpu().numpy().round(DIGITS).tolist()
+
+    assert result.target_probs is not None  # a target was given
+    return {
+        "layers": list(result.layers),
+        "inputs": pieces(tgt_in[0].tolist()),
+        "targets": pieces(tgt_out[0].tolist()),
+        "top": [pieces(layer) for layer in result.top_ids[:, 0, :, 0].tolist()],
+        "prob": rounded(result.top_probs[:, 0, :, 0]),
+        "target_prob": rounded(result.target_probs[:, 0]),
+    }
+
+
 def attention_payload(
-    translator: Translator, text: str, decode: DecodeConfig, best: Hypothesis | None = None
+    translator: Translator,
+    text: str,
+    decode: DecodeConfig,
+    best: Hypothesis | None = None,
+    corpus: Mapping[HeadKey, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Everything the explorer draws for one sentence, as JSON-ready Python values.
 
@@ -100,6 +147,8 @@ def attention_payload(
         decode: how to translate it; its best hypothesis is the one drawn.
         best: that hypothesis, when a search already found it (the server's batch);
             otherwise it is searched for here.
+        corpus: the run's heads.json records (`aiayn.analysis.heads.read_head_records`),
+            shown beside this sentence's metrics; None without the file.
 
     Returns:
         {"source", "translation", "source_tokens" (pieces, eos last),
@@ -108,7 +157,9 @@ def attention_payload(
         "heads"}, "attention": {"encoder" | "decoder" | "cross":
         {"title", "queries" / "keys" ("source" or "target": which tokens label
         them), "weights" [layer][head][query][key] rounded to DIGITS decimals,
-        "metrics" [layer][head] (see `head_metrics`)}}}.
+        "metrics" [layer][head] (see `head_metrics`), and with `corpus`, "corpus"
+        [layer][head]: that head's heads.json record or None}}, "lens" (see
+        `lens_payload`)}.
 
     Raises:
         ValueError: on a blank sentence.
@@ -132,6 +183,11 @@ def attention_payload(
             "weights": [w[0].double().cpu().numpy().round(DIGITS).tolist() for w in layers],
             "metrics": [[_rounded(head) for head in layer] for layer in metrics],
         }
+        if corpus is not None:
+            attention[kind.value]["corpus"] = [
+                [corpus.get((kind, layer, head)) for head in range(len(heads))]
+                for layer, heads in enumerate(metrics)
+            ]
     return {
         "source": text,
         "translation": translator.tokenizer.decode(best.tokens),
@@ -144,6 +200,7 @@ def attention_payload(
             "heads": maps.encoder[0].size(1),
         },
         "attention": attention,
+        "lens": lens_payload(translator, text, best),
     }
 
 

@@ -41,7 +41,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from aiayn.apps.serve.batcher import Batcher, DeadlineExceeded, QueueFull, Sentence, Stopped, Ticket
-from aiayn.apps.serve.engine import Options, TranslationEngine, model_info
+from aiayn.apps.serve.engine import Options, TranslationEngine, corpus_heads, model_info
 from aiayn.apps.serve.metrics import CONTENT_TYPE, ServerMetrics
 from aiayn.apps.serve.settings import ServeConfig
 from aiayn.apps.translate import Translator
@@ -81,7 +81,7 @@ def create_app(translator: Translator, settings: ServeConfig, source: Path) -> F
     The inference thread starts with the app's lifespan and, on shutdown, decodes
     what is queued before it stops.
     """
-    engine = TranslationEngine(translator, settings.threads)
+    engine = TranslationEngine(translator, settings.threads, corpus_heads(source))
     metrics = ServerMetrics(queue_depth=lambda: batcher.depth())
     batcher = Batcher(
         engine.run_batch,

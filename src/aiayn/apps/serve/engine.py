@@ -41,6 +41,26 @@ def attention_payload_function():
     return attention_payload
 
 
+def corpus_heads(source: Path) -> dict[Any, dict[str, Any]] | None:
+    """The run's heads.json records (`aiayn heads`) for the explorer, or None.
+
+    None without the file; with one that cannot be read, a warning names it and the
+    explorer shows this sentence's numbers alone (the server still starts).
+    """
+    try:
+        from aiayn.analysis.heads import HEADS_FILE, read_head_records
+    except ImportError:  # the explorer's extras are missing: attention_payload_function says so
+        return None
+    path = (source if source.is_dir() else source.parent) / HEADS_FILE
+    if not path.is_file():
+        return None
+    try:
+        return read_head_records(path)
+    except (OSError, ValueError) as err:
+        log.warning("the explorer leaves out the heads' corpus numbers: %s", err)
+        return None
+
+
 class TranslationEngine:
     """A `Translator` behind the batcher: one batched search per batch.
 
@@ -50,10 +70,14 @@ class TranslationEngine:
     Args:
         translator: the model; used only from the inference thread once serving.
         threads: torch's intra-op threads, set by `start_thread` on that thread.
+        corpus: the run's heads.json records (`corpus_heads`), shown in the explorer
+            beside each head's numbers for the sentence; None without them.
     """
 
-    def __init__(self, translator: Translator, threads: int) -> None:
-        self.translator, self.threads = translator, threads
+    def __init__(
+        self, translator: Translator, threads: int, corpus: dict[Any, dict[str, Any]] | None = None
+    ) -> None:
+        self.translator, self.threads, self.corpus = translator, threads, corpus
         self.attention_payload = attention_payload_function()
 
     def start_thread(self) -> None:
@@ -73,7 +97,7 @@ class TranslationEngine:
             for text, result, candidates in zip(texts, results, nbest, strict=True):
                 best = candidates[0].hypothesis if candidates else None  # drawn, not re-searched
                 result["attention"] = self.attention_payload(
-                    self.translator, text, options.decode, best
+                    self.translator, text, options.decode, best, corpus=self.corpus
                 )
         return results
 

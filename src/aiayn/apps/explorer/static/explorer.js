@@ -2,7 +2,9 @@
 //
 // The data is one payload from aiayn.apps.explorer.attention_payload: tokens, the
 // translation, and for each kind of attention (encoder, decoder, cross) the weights
-// [layer][head][query][key] and per-head metrics. It is either embedded in the page
+// [layer][head][query][key] and per-head metrics (and, when the run has
+// heads/heads.json, each head's numbers over the corpus), plus the decoder's logit
+// lens of the translation (top-1 piece per layer and position). It is either embedded in the page
 // (aiayn attention RUN TEXT --html FILE) or fetched from `aiayn serve`
 // (POST v1/translate with "attention": true).
 (() => {
@@ -12,7 +14,16 @@
     encoder: "Source tokens attending to source tokens.",
     decoder: "Each target row is a decoder input (bos first) deciding the next token; it sees only earlier tokens.",
     cross: "Each target row (decoder input, bos first) attending to the source tokens.",
+    lens: "What each decoder layer would predict next, read through the model's own final norm and output matrix.",
   };
+  // heads.json's numbers (aiayn heads), in the order shown: [key, label, digits, unit].
+  const CORPUS_METRICS = [
+    ["entropy", "entropy", 3, " nats"], ["confidence", "confidence", 3, ""],
+    ["offset_-1", "offset −1", 2, ""], ["offset_0", "offset 0", 2, ""], ["offset_+1", "offset +1", 2, ""],
+    ["eos", "weight on eos", 3, ""], ["bos", "weight on bos", 3, ""], ["punctuation", "weight on punctuation", 3, ""],
+    ["monotonicity", "monotonicity", 3, ""], ["ablation", "ablation (importance)", 4, " nats/token"],
+    ["gradient", "gradient (importance)", 4, ""],
+  ];
   // Viridis, sampled at 9 points and interpolated: dark purple (0) to yellow (1).
   const VIRIDIS = [
     [68, 1, 84], [71, 44, 122], [59, 81, 139], [44, 113, 142], [33, 144, 141],
@@ -118,7 +129,8 @@
     $("translation").textContent = payload.translation;
     $("result").hidden = false;
     describeModel(payload);
-    selectKind(state.kind);
+    $("lens-tab").hidden = !payload.lens;
+    selectKind(state.kind === "lens" && !payload.lens ? "encoder" : state.kind);
   }
 
   function layersText(encoder, decoder) {
@@ -139,6 +151,13 @@
       tab.setAttribute("aria-selected", String(tab.dataset.kind === kind));
     }
     $("kind-help").textContent = KIND_HELP[kind];
+    const lens = kind === "lens";
+    $("lens-view").hidden = !lens;
+    document.querySelector(".panels").hidden = lens;
+    if (lens) {
+      renderLens();
+      return;
+    }
     const nHeads = current().weights[0].length;
     if (state.heads.length !== nHeads) state.heads = Array(nHeads).fill(true);
     state.focus = null;
@@ -328,6 +347,51 @@
     context.globalAlpha = 1;
   }
 
+  // ----- the logit lens: layers x positions, the last layer on top ---------------------
+
+  function lensRow(cells, tag, label) {
+    const row = document.createElement("tr");
+    const head = document.createElement("th");
+    head.textContent = label;
+    row.append(head);
+    for (const text of cells) {
+      const cell = document.createElement(tag);
+      cell.textContent = text;
+      cell.title = text;
+      row.append(cell);
+    }
+    return row;
+  }
+
+  function renderLens() {
+    const lens = state.payload.lens;
+    const table = $("lens-grid");
+    table.replaceChildren();
+    const head = document.createElement("thead");
+    head.append(lensRow(lens.targets, "th", "next piece"));
+    const body = document.createElement("tbody");
+    for (let layer = lens.layers.length - 1; layer >= 0; layer--) {
+      const row = lensRow([], "td", lens.layers[layer]);
+      row.dataset.layer = lens.layers[layer];
+      lens.top[layer].forEach((piece, t) => {
+        const p = lens.prob[layer][t];
+        const cell = document.createElement("td");
+        const [r, g, b] = viridis(p);
+        cell.style.background = `rgb(${r}, ${g}, ${b})`;
+        cell.style.color = p > 0.6 ? "#000" : "#fff";
+        cell.textContent = piece;
+        cell.dataset.prob = p;
+        cell.title = `${lens.layers[layer]}, reading ${lens.inputs[t]}: top ${piece} ${fixed(p, 3)}; ` +
+          `next piece ${lens.targets[t]} ${fixed(lens.target_prob[layer][t], 3)}`;
+        row.append(cell);
+      });
+      body.append(row);
+    }
+    const foot = document.createElement("tfoot");
+    foot.append(lensRow(lens.inputs, "th", "input"));
+    table.append(head, body, foot);
+  }
+
   // ----- one head, enlarged ------------------------------------------------------------
 
   function openDetail(layer, head) {
@@ -346,16 +410,8 @@
     ];
     if (m.monotonicity !== null && m.monotonicity !== undefined) metrics.push(["monotonicity", fixed(m.monotonicity, 3)]);
     const applies = metrics.filter(([, value]) => /[0-9a-z]/.test(value)); // offsets: self-attention only
-    const table = $("detail-metrics");
-    table.replaceChildren();
-    for (const [name, value] of applies) {
-      const pair = document.createElement("div");
-      const dt = document.createElement("dt"), dd = document.createElement("dd");
-      dt.textContent = name;
-      dd.textContent = value;
-      pair.append(dt, dd);
-      table.append(pair);
-    }
+    fillPairs($("detail-metrics"), applies);
+    fillCorpus(attention.corpus ? attention.corpus[layer][head] : null, Boolean(attention.corpus));
     const keyList = $("detail-keys"), queryList = $("detail-queries");
     keyList.replaceChildren(...keys.map((piece) => labelItem(piece, cell, "width")));
     queryList.replaceChildren(...queries.map((piece) => labelItem(piece, cell, "height")));
@@ -383,6 +439,29 @@
     };
     $("detail-readout").textContent = "Move the cursor over the map to read a weight.";
     $("detail").hidden = false;
+  }
+
+  // The head's heads.json record beside this sentence's numbers; hidden without heads.json.
+  function fillCorpus(record, haveFile) {
+    $("detail-corpus-box").hidden = !haveFile;
+    const rows = record
+      ? CORPUS_METRICS.filter(([key]) => record[key] !== null && record[key] !== undefined)
+        .map(([key, label, digits, unit]) => [label, fixed(record[key], digits) + unit])
+      : [["", "not in heads.json"]];
+    fillPairs($("detail-corpus"), haveFile ? rows : []);
+  }
+
+  // A <dl> of [name, value] pairs, each a <div> holding its <dt> and <dd>.
+  function fillPairs(table, pairs) {
+    table.replaceChildren();
+    for (const [name, value] of pairs) {
+      const pair = document.createElement("div");
+      const dt = document.createElement("dt"), dd = document.createElement("dd");
+      dt.textContent = name;
+      dd.textContent = value;
+      pair.append(dt, dd);
+      table.append(pair);
+    }
   }
 
   function labelItem(piece, cell, side) {
