@@ -978,6 +978,52 @@ def valid_searches() -> str:
     )
 
 
+def induction() -> str:
+    """The induction-head runs: in-context loss over training and the final best heads."""
+    data = load("induction")
+    lines = []
+    for run in data["runs"]:
+        curve, model = run["curve"], run["model"]
+        lowest = min(curve, key=lambda r: r["in_context_loss"])
+        heads = ", ".join(
+            f"L{h['layer']}H{h['head']} {h['score']:.2f}" for h in run["top_induction"]
+        )
+        lines.append(
+            [
+                "attention-only" if model["d_ff"] == 0 else f"with FFN (d_ff {model['d_ff']})",
+                f"{curve[-1]['step']:,}",
+                f"{curve[-1]['loss']:.2f}",
+                f"{curve[0]['in_context_loss']:+.2f} (update {curve[0]['step']:,})",
+                f"{lowest['in_context_loss']:+.2f} (update {lowest['step']:,})",
+                f"{curve[-1]['in_context_loss']:+.2f}",
+                heads,
+            ]
+        )
+    headers = [
+        "model",
+        "updates",
+        "valid loss",
+        "in-context loss, first",
+        "lowest",
+        "last",
+        "best induction heads (prefix matching)",
+    ]
+    first = data["runs"][0]["model"]
+    notes = (
+        f"2 layers, d_model {first['d_model']}, {first['n_heads']} heads, blocks of "
+        f"{first['max_len']} tokens. In-context loss: the validation loss in the block's last "
+        "tenth minus around its first tenth (nats; below 0: later tokens are predicted "
+        "better, from the context). Prefix matching: on repeated random tokens, a head's "
+        "attention from a token of the second repeat to the token after its first "
+        "occurrence (1 is a perfect induction head). "
+        + data.get("note", "")
+        + " The curve: `benchmarks/results/induction.png`."
+    )
+    return "\n\n".join(
+        [table(headers, lines, left=1), notes, source("induction", data, timed=False)]
+    )
+
+
 def int8_kernels() -> str:
     """Each int8 candidate's speed against float32, per weight shape and row count."""
     data = load("int8-kernels")
@@ -1246,6 +1292,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "quality-seeds": quality_seeds,
     "valid-variants": valid_variants,
     "valid-searches": valid_searches,
+    "induction": induction,
     "memory": memory,
     "int8-kernels": int8_kernels,
     "train-profile-bf16": lambda: train_profile("train-profile-bf16"),
@@ -1265,6 +1312,7 @@ WHEN = {
     "quality-seeds": lambda: (RESULTS / "quality-seeds.json").exists(),
     "valid-variants": lambda: (RESULTS / "valid-sweep.json").exists(),
     "valid-searches": lambda: (RESULTS / "valid-sweep.json").exists(),
+    "induction": lambda: (RESULTS / "induction.json").exists(),
     "memory": lambda: (RESULTS / "memory.json").exists(),
     "int8-kernels": lambda: (RESULTS / "int8-kernels.json").exists(),
     "train-profile-bf16": lambda: (RESULTS / "train-profile-bf16.json").exists(),
