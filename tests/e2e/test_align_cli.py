@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_hostile_input import _lm_run
 from typer.testing import CliRunner
 
 from aiayn import ModelConfig
@@ -16,7 +15,7 @@ from aiayn.data.tokenizer import train_tokenizer
 from aiayn.io.checkpoint import TOKENIZER_FILE
 from aiayn.models.decoder_only import DecoderOnly
 from aiayn.training.trainer import train_from_recipe
-from infer_helpers import make_run, sentences
+from infer_helpers import make_run, save_run, sentences
 from train_helpers import RECIPE, make_corpus
 
 
@@ -46,7 +45,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "corpus": corpus,
         "mt": root / "mt",
         "bare": make_run(root / "bare"),
-        "gpt": _lm_run(root, "gpt", gpt, spm),
+        "gpt": save_run(root / "gpt", gpt, spm),
     }
 
 

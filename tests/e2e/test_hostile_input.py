@@ -26,20 +26,13 @@ from aiayn import ModelConfig
 from aiayn.apps.fill import CLS, MASK, SEP
 from aiayn.cli import app
 from aiayn.data.tokenizer import train_tokenizer
-from aiayn.io.checkpoint import TOKENIZER_FILE, load_model, resolve_weights, save_model
+from aiayn.io.checkpoint import TOKENIZER_FILE, load_model, resolve_weights
 from aiayn.models.decoder_only import DecoderOnly
 from aiayn.models.encoder_decoder import attention_sublayers
 from aiayn.models.encoder_only import EncoderOnly
-from infer_helpers import make_run, sentences
+from infer_helpers import make_run, save_run, sentences
 
 # ----- the world: a translation run, a GPT run, a BERT run, some files ----------------
-
-
-def _lm_run(root: Path, name: str, model: torch.nn.Module, spm: Path) -> Path:
-    run = root / name
-    save_model(model, run / "checkpoints" / "step-00000001" / "model.safetensors")
-    shutil.copy(spm, run / TOKENIZER_FILE)
-    return run
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +51,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {
         "root": root,
         "mt": make_run(root / "mt"),
-        "gpt": _lm_run(root, "gpt", gpt, spm),
-        "bert": _lm_run(root, "bert", bert, spm),
+        "gpt": save_run(root / "gpt", gpt, spm),
+        "bert": save_run(root / "bert", bert, spm),
     }
 
 

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_hostile_input import _lm_run
 from typer.testing import CliRunner
 
 from aiayn import ModelConfig
@@ -17,7 +16,7 @@ from aiayn.data.tokenizer import train_tokenizer
 from aiayn.io.checkpoint import TOKENIZER_FILE
 from aiayn.models.decoder_only import DecoderOnly
 from aiayn.models.encoder_only import EncoderOnly
-from infer_helpers import make_run, sentences
+from infer_helpers import make_run, save_run, sentences
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -33,8 +32,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     bert = EncoderOnly(ModelConfig.bert(vocab_size=tokenizer.vocab_size, dropout=0.0, **shape))
     return {
         "mt": make_run(root / "mt"),
-        "gpt": _lm_run(root, "gpt", gpt, spm),
-        "bert": _lm_run(root, "bert", bert, spm),
+        "gpt": save_run(root / "gpt", gpt, spm),
+        "bert": save_run(root / "bert", bert, spm),
     }
 
 

@@ -5,43 +5,23 @@ one line (exit 1, no traceback, nothing written)."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
 from typer.testing import CliRunner
 
-from aiayn import ModelConfig
 from aiayn.cli import app
 from aiayn.data.tokenizer import SentencePieceTokenizer
-from aiayn.io.checkpoint import TOKENIZER_FILE, load_model, resolve_weights, save_model
-from aiayn.models.decoder_only import DecoderOnly
-from aiayn.models.encoder_only import EncoderOnly
-from infer_helpers import make_run
+from aiayn.io.checkpoint import TOKENIZER_FILE, load_model, resolve_weights
+from infer_helpers import shape_runs
 
 CLEAN, CORRUPT = "das haus.", "ein haus."  # 5 pieces each: ▁das|▁ein ▁h a us .
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("patch")
-    mt = make_run(root / "mt")
-    tokenizer = SentencePieceTokenizer.load(mt / TOKENIZER_FILE)
-    torch.manual_seed(0)
-    cfg = ModelConfig.gpt(
-        vocab_size=tokenizer.vocab_size, dropout=0.0, n_layers=2, d_model=32, n_heads=4,
-        d_ff=64, max_len=24,
-    )  # fmt: skip
-    gpt = root / "gpt"
-    save_model(DecoderOnly(cfg), gpt / "checkpoints" / "step-00000001" / "model.safetensors")
-    shutil.copy(mt / TOKENIZER_FILE, gpt / TOKENIZER_FILE)
-    bert = root / "bert"
-    model = EncoderOnly(
-        ModelConfig.bert(tokenizer.vocab_size, n_layers=1, d_model=32, n_heads=2, d_ff=64)
-    )
-    save_model(model, bert / "checkpoints" / "step-00000001" / "model.safetensors")
-    return {"mt": mt, "gpt": gpt, "bert": bert}
+    return shape_runs(tmp_path_factory.mktemp("patch"))
 
 
 def _model(run: Path):
