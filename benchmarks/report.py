@@ -886,9 +886,8 @@ def quality_seeds() -> str:
         f"Each cell: the setting's sacreBLEU minus fp32's on the same run, [its 95% interval], "
         f"and sacreBLEU's paired bootstrap p-value ({data['resamples']:,} resamples of the "
         f"{n} {data['split']} verses). Beam {data['beam']}, alpha {data['alpha']:g} (the "
-        f"quickstart's decoding), the weights the quickstart scores "
-        f"({weights_label(runs[0]['weights_rule']).replace('(', '').replace(')', '')}); the "
-        "last column decodes greedily "
+        f"quickstart's decoding), the weights the quickstart scores: "
+        f"{weights_label(runs[0]['weights_rule'])}; the last column decodes greedily "
         f"(sacreBLEU {runs[0]['bleu_signature']}). int8 quantizes products of "
         f"{data['int8_min_elements']:,} weights and more (`INT8_MIN_ELEMENTS`)."
         + (f" The runs: {data['note']}" if data.get("note") else "")
@@ -912,10 +911,8 @@ def valid_bleu(run: dict[str, Any], beam: int, alpha: float) -> float | None:
 
 
 def median_span(values: list[float]) -> str:
-    """'21.40' for one value, '21.40 (20.95-22.10)' for several: the median and range."""
-    if len(values) == 1:
-        return f"{values[0]:.2f}"
-    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+    """'21.40' for one value, `median_range`'s '21.40 (20.95-22.10)' for several."""
+    return f"{values[0]:.2f}" if len(values) == 1 else median_range(values)
 
 
 def valid_variants() -> str:
@@ -947,9 +944,8 @@ def valid_variants() -> str:
     ]
     runs = data["runs"]
     notes = (
-        f"Valid split ({runs[0]['sentences']} verses), the weights the quickstart scores "
-        f"({weights_label(runs[0]['weights_rule']).replace('(', '').replace(')', '')}), "
-        f"sacreBLEU {runs[0]['bleu_signature']}; "
+        f"Valid split ({runs[0]['sentences']} verses), the weights the quickstart scores: "
+        f"{weights_label(runs[0]['weights_rule'])}; sacreBLEU {runs[0]['bleu_signature']}; "
         "median (range) over the seeds where there are several. "
         f"{runs[0]['minutes']:g} minutes of training each. " + data.get("note", "")
     )
