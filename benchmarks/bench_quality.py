@@ -82,6 +82,15 @@ def translator(weights: Path, tokenizer: SentencePieceTokenizer, setting: str, s
     return made
 
 
+def translate_both(made: Translator, sources: list[str], beam: int, alpha: float):
+    """`made`'s beam-search outputs (timed, with a progress bar), its greedy outputs, and
+    the seconds the beam search took."""
+    started = time.perf_counter()
+    searched = made.translate(sources, beam=beam, alpha=alpha, progress=True)
+    seconds = time.perf_counter() - started
+    return searched, made.translate(sources, beam=1), seconds
+
+
 def run_weights(run: Path) -> Path:
     """The quickstart's averaged weights if present, else the run's own."""
     averaged = sorted((run / "run" / "checkpoints").glob("average-last-*/model.safetensors"))
@@ -122,10 +131,7 @@ def main() -> None:
     rows, greedy_fp32 = [], None
     for setting in settings:
         made = translator(weights, tokenizer, setting, shortlist)
-        started = time.perf_counter()
-        beam = made.translate(sources, beam=args.beam, alpha=args.alpha, progress=True)
-        seconds = time.perf_counter() - started
-        greedy = made.translate(sources, beam=1)
+        beam, greedy, seconds = translate_both(made, sources, args.beam, args.alpha)
         greedy_fp32 = greedy if setting == "fp32" else greedy_fp32
         scores = score(beam, references)
         same = sum(a == b for a, b in zip(greedy, greedy_fp32, strict=True))

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 import aiayn.inference.frozen
@@ -31,7 +30,7 @@ from aiayn.inference import shortlist as shortlists
 from aiayn.io.checkpoint import read_config
 from aiayn.training.evaluate import paired_bootstrap, score
 from benchmarks import common
-from benchmarks.bench_quality import SETTINGS, translator
+from benchmarks.bench_quality import SETTINGS, translate_both, translator
 
 DEFAULT_SETTINGS = ("fp32", "bf16", "int8", "int8-layers", "int8-all")
 
@@ -52,16 +51,12 @@ def measure_run(run: Path, settings: list[str], args: argparse.Namespace) -> dic
     )
     pairs = corpus.read(args.split)[: args.limit]
     sources, references = [s for s, _ in pairs], [t for _, t in pairs]
-    outputs: dict[str, tuple[list[str], list[str]]] = {}
     rows = []
-    for setting in settings:
+    for setting in settings:  # fp32 first (main checks it)
         made = translator(weights, tokenizer, setting, shortlist)
-        started = time.perf_counter()
-        beam = made.translate(sources, beam=args.beam, alpha=args.alpha, progress=True)
-        seconds = time.perf_counter() - started
-        greedy = made.translate(sources, beam=1)
-        outputs[setting] = beam, greedy
-        fp32_beam, fp32_greedy = outputs["fp32"]
+        beam, greedy, seconds = translate_both(made, sources, args.beam, args.alpha)
+        if setting == "fp32":
+            fp32_beam, fp32_greedy = beam, greedy
         scores = score(beam, references)
         difference = paired_bootstrap(fp32_beam, beam, references, resamples=args.resamples)
         same = sum(a == b for a, b in zip(greedy, fp32_greedy, strict=True))
