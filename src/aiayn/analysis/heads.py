@@ -73,11 +73,11 @@ from matplotlib.figure import Figure
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from aiayn.analysis.viz import AttentionKind
+from aiayn.analysis.viz import AttentionKind, write_png
 from aiayn.data.batch import Batch
 from aiayn.data.batching import token_budget_batches
 from aiayn.data.tokenizer import Tokenizer
-from aiayn.files import write_atomic, write_file_atomic
+from aiayn.files import write_atomic
 from aiayn.models.encoder_decoder import Transformer, attention_sublayers
 from aiayn.nn.attention import MultiHeadAttention
 from aiayn.training.loss import label_smoothed_cross_entropy
@@ -671,12 +671,7 @@ def write_head_report(
         write_atomic(out_dir / JSON_FILE, report.to_json(**context)),
         write_atomic(out_dir / REPORT_FILE, report_markdown(report, run or "model", split)),
     ]
-    for name, fig in figures.items():
-        paths.append(
-            write_file_atomic(
-                out_dir / name, lambda tmp, fig=fig: fig.savefig(tmp, dpi=100, format="png")
-            )
-        )
+    paths += [write_png(fig, out_dir / name) for name, fig in figures.items()]
     return paths
 
 

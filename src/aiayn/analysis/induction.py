@@ -44,12 +44,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from matplotlib.figure import Figure
 from torch import Tensor, nn
 
 from aiayn.analysis.heads import plot_head_metric
 from aiayn.analysis.patching import grid_to_json
-from aiayn.files import write_atomic, write_file_atomic
+from aiayn.analysis.viz import write_png
+from aiayn.files import write_atomic
 from aiayn.models.decoder_only import DecoderOnly
 from aiayn.nn.attention import MultiHeadAttention, regular_groups
 from aiayn.nn.hooks import run_with_cache
@@ -323,11 +323,7 @@ def write_induction(scores: InductionScores, out_dir: str | Path, **context: Any
     paths = []
     for name, grid in scores.grids().items():
         fig = plot_head_metric(grid_to_json(grid), _TITLES[name])
-
-        def save(tmp: Path, fig: Figure = fig) -> None:
-            fig.savefig(tmp, dpi=100, format="png")
-
-        paths.append(write_file_atomic(out / PNG_FILES[name], save))
+        paths.append(write_png(fig, out / PNG_FILES[name]))
     data = {**context, **{name: grid_to_json(grid) for name, grid in scores.grids().items()}}
     text = json.dumps(data, indent=2) + "\n"
     return [*paths, write_atomic(out / JSON_FILE, text)]

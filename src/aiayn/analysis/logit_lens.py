@@ -35,9 +35,9 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
-from aiayn.analysis.viz import Translating
+from aiayn.analysis.viz import Translating, write_png
 from aiayn.data.tokenizer import Tokenizer
-from aiayn.files import write_atomic, write_file_atomic
+from aiayn.files import write_atomic
 from aiayn.inference.search import DecodeConfig, search
 from aiayn.models.encoder_decoder import Decoder, PreSoftmaxProjection, Transformer
 from aiayn.nn.hooks import run_with_cache
@@ -365,7 +365,7 @@ def plot_logit_lens(
     fig.suptitle(
         "logit lens: each layer's residual stream through the final norm and output matrix"
     )
-    return write_file_atomic(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
+    return write_png(fig, path)
 
 
 def lens_table(result: LensResult, tokenizer: Tokenizer, row: int = 0, width: int = 10) -> str:

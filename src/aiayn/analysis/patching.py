@@ -42,10 +42,10 @@ from matplotlib.figure import Figure
 from torch import Tensor, nn
 
 from aiayn.analysis.heads import KIND_TITLES
-from aiayn.analysis.viz import AttentionKind
+from aiayn.analysis.viz import AttentionKind, write_png
 from aiayn.config import enum_member
 from aiayn.data.tokenizer import Tokenizer
-from aiayn.files import write_atomic, write_file_atomic
+from aiayn.files import write_atomic
 from aiayn.nn.hooks import HookFunction, hooks, run_with_cache
 
 Metric = Callable[[Tensor], Tensor | float]
@@ -691,4 +691,4 @@ def plot_patching(
     ax.set_yticks(range(rows), list(y_labels), fontsize=7)
     fig.colorbar(image, ax=ax, shrink=0.8).ax.tick_params(labelsize=7)
     ax.set_title(title, fontsize=9)
-    return write_file_atomic(path, lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
+    return write_png(fig, path)

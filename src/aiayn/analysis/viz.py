@@ -63,6 +63,11 @@ def _select(n: int, chosen: Sequence[int] | None, what: str) -> list[int]:
     return list(chosen)
 
 
+def write_png(fig: Figure, path: str | Path) -> Path:
+    """Write `fig` to `path` as a PNG (100 dpi), atomically (`write_file_atomic`)."""
+    return write_file_atomic(Path(path), lambda tmp: fig.savefig(tmp, dpi=100, format="png"))
+
+
 def plot_attention(
     weights: Sequence[Tensor],
     query_tokens: Sequence[str],
@@ -181,10 +186,7 @@ def plot_translation_attention(
     }
     paths = {}
     for kind, fig in figures.items():
-        paths[kind] = write_file_atomic(
-            Path(out_dir) / f"{kind.value}.png",
-            lambda tmp, fig=fig: fig.savefig(tmp, dpi=100, format="png"),
-        )
+        paths[kind] = write_png(fig, Path(out_dir) / f"{kind.value}.png")
     return paths
 
 
@@ -220,7 +222,5 @@ def plot_self_attention(
     fig = plot_attention(
         weights, pieces, pieces, f"{title} ({model.cfg.architecture})", layers, heads
     )
-    path = write_file_atomic(
-        Path(out_dir) / f"{kind.value}.png", lambda tmp: fig.savefig(tmp, dpi=100, format="png")
-    )
+    path = write_png(fig, Path(out_dir) / f"{kind.value}.png")
     return {kind: path}
