@@ -16,7 +16,6 @@ against the update, one line per run.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from aiayn.analysis.induction import (
 )
 from aiayn.data.tokenizer import TOKENIZER_FILE, SentencePieceTokenizer
 from aiayn.io.checkpoint import load_model, resolve_weights
+from aiayn.training.metrics import validation_records
 from benchmarks import common
 
 
@@ -39,10 +39,9 @@ def validation_curve(run: Path) -> list[dict[str, Any]]:
     Raises:
         SystemExit: no metrics.jsonl, or no validation with an in-context loss in it.
     """
-    metrics = run / "metrics.jsonl"
-    if not metrics.is_file():
+    records = validation_records(run)
+    if records is None:
         raise SystemExit(f"{run}: no metrics.jsonl (not a training run directory)")
-    records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
     curve = [
         {
             "step": r["step"],
@@ -52,7 +51,7 @@ def validation_curve(run: Path) -> list[dict[str, Any]]:
             "late_loss": round(r["late_loss"], 4),
         }
         for r in records
-        if r.get("kind") == "valid" and "in_context_loss" in r
+        if "in_context_loss" in r
     ]
     if not curve:
         raise SystemExit(f"{run}: no validation with an in-context loss (an lm run?)")

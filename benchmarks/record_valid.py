@@ -31,6 +31,7 @@ from aiayn.apps.translate import Translator
 from aiayn.data.corpus import PreparedCorpus
 from aiayn.data.tokenizer import TOKENIZER_FILE
 from aiayn.training.evaluate import score
+from aiayn.training.metrics import validation_records
 from benchmarks import common
 
 # (beam, alpha): greedy, the paper's beam 4 / alpha 0.6, and around the quickstart's 8 / 1.0
@@ -56,14 +57,7 @@ def parse_searches(text: str) -> list[tuple[int, float]]:
 
 def best_valid_loss(run_dir: Path) -> float | None:
     """The lowest validation loss a run logged (metrics.jsonl), or None."""
-    metrics = run_dir / "metrics.jsonl"
-    if not metrics.is_file():
-        return None
-    losses = [
-        record["loss"]
-        for line in metrics.read_text().splitlines()
-        if line.strip() and (record := json.loads(line)).get("kind") == "valid"
-    ]
+    losses = [record["loss"] for record in validation_records(run_dir) or []]
     return round(min(losses), 4) if losses else None
 
 

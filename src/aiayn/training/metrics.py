@@ -28,6 +28,15 @@ LOG_FILE = "train.log"
 BOARD_DIR = "tb"
 
 
+def validation_records(run_dir: str | Path) -> list[dict] | None:
+    """The "valid" records of RUN/metrics.jsonl in the order written, or None without the file."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        return None
+    records = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    return [record for record in records if record.get("kind") == "valid"]
+
+
 class Window:
     """Training statistics summed since the last log line.
 
