@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -37,3 +38,27 @@ def copy_pairs(n: int, rng: random.Random, vocab: int = 13) -> list[tuple[list[i
     """The copy task: random id sequences (ids 3..vocab-1, specials excluded), target = source."""
     seqs = [[rng.randrange(3, vocab) for _ in range(rng.randint(4, 10))] for _ in range(n)]
     return [(s, list(s)) for s in seqs]
+
+
+QUICKSTART_VOCAB = 40  # make_corpus's subword model: the quickstart reuses the corpus it finds
+
+
+def tiny_quickstart(out: Path, *extra: str) -> tuple[dict, str]:
+    """Six steps of the tiny recipe through `aiayn quickstart` (validation at steps 5 and
+    6), on `make_corpus`'s corpus in OUT/data; `extra` adds options. Returns results.json
+    and the console output."""
+    from typer.testing import CliRunner
+
+    from aiayn.cli import app
+
+    if not (out / "data").exists():
+        make_corpus(out / "data")
+    args = [
+        "quickstart", "--out", str(out), "--recipe", str(RECIPE), "--device", "cpu",
+        "--vocab-size", str(QUICKSTART_VOCAB), "--minutes", "5", "--test-pairs", "4",
+        "--beam", "1", "--set", "train.max_steps=6", "--set", "train.valid_bleu_sentences=0",
+        *extra,
+    ]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return json.loads((out / "results.json").read_text(encoding="utf-8")), result.output

@@ -14,25 +14,15 @@ import aiayn.apps.quickstart
 from aiayn.apps.quickstart import QuickstartConfig, Scoring, reference_line
 from aiayn.cli import app
 from aiayn.data.batching import TokenBatcher
-from train_helpers import RECIPE, make_corpus
+from train_helpers import QUICKSTART_VOCAB, RECIPE, tiny_quickstart
 
 runner = CliRunner()
-VOCAB = 40  # make_corpus's subword model: the quickstart reuses the corpus it finds
 
 
 def quickstart(out: Path, *extra: str) -> tuple[dict, str]:
-    """A few steps of the tiny recipe through the CLI; results.json and the output."""
-    if not (out / "data").exists():
-        make_corpus(out / "data")
-    args = [
-        "quickstart", "--out", str(out), "--recipe", str(RECIPE), "--device", "cpu",
-        "--vocab-size", str(VOCAB), "--minutes", "5", "--test-pairs", "4", "--beam", "1",
-        "--average", "1", "--set", "train.max_steps=6", "--set", "train.valid_bleu_sentences=0",
-        "--set", "model.dropout=0.1", *extra,
-    ]  # fmt: skip
-    result = runner.invoke(app, args)
-    assert result.exit_code == 0, result.output
-    return json.loads((out / "results.json").read_text(encoding="utf-8")), result.output
+    """A few steps of the tiny recipe through the CLI, with dropout (so that the seed
+    shows in the masks) and the best checkpoint scored; results.json and the output."""
+    return tiny_quickstart(out, "--average", "1", "--set", "model.dropout=0.1", *extra)
 
 
 def final_weights(out: Path) -> dict:
@@ -121,7 +111,7 @@ def test_a_run_resumes_only_with_its_own_seed(runs):
         app,
         [
             "quickstart", "--out", str(out), "--recipe", str(RECIPE), "--device", "cpu",
-            "--vocab-size", str(VOCAB), "--seed", "3", "--set", "train.max_steps=6",
+            "--vocab-size", str(QUICKSTART_VOCAB), "--seed", "3", "--set", "train.max_steps=6",
             "--set", "train.valid_bleu_sentences=0", "--set", "model.dropout=0.1",
         ],
     )  # fmt: skip

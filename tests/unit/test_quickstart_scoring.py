@@ -18,24 +18,12 @@ from aiayn.apps.quickstart import QuickstartConfig, Scoring, evaluated_weights, 
 from aiayn.cli import app
 from aiayn.io.checkpoint import step_checkpoints
 from benchmarks import report as bench_report
-from train_helpers import RECIPE, make_corpus
+from train_helpers import tiny_quickstart
 
 runner = CliRunner()
-VOCAB = 40  # make_corpus's subword model: the quickstart reuses the corpus it finds
 
 
-def quickstart(out: Path, *extra: str) -> tuple[dict, str]:
-    """Six steps of the tiny recipe through the CLI (validation at steps 5 and 6)."""
-    if not (out / "data").exists():
-        make_corpus(out / "data")
-    args = [
-        "quickstart", "--out", str(out), "--recipe", str(RECIPE), "--device", "cpu",
-        "--vocab-size", str(VOCAB), "--minutes", "5", "--test-pairs", "4", "--beam", "1",
-        "--set", "train.max_steps=6", "--set", "train.valid_bleu_sentences=0", *extra,
-    ]  # fmt: skip
-    result = runner.invoke(app, args)
-    assert result.exit_code == 0, result.output
-    return json.loads((out / "results.json").read_text(encoding="utf-8")), result.output
+quickstart = tiny_quickstart
 
 
 @pytest.fixture(scope="module")
