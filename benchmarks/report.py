@@ -1020,6 +1020,35 @@ def induction() -> str:
     )
 
 
+def alignment() -> str:
+    """Cross-attention word alignment of the quickstart model: AER against IBM Model 1."""
+    data = load("alignment")
+    aer = data["aer"]
+    best = f"layer {data['best_layer']}"
+    described = {"rollout": "attention rollout", "diagonal": "diagonal (reads no model)"}
+    rows = [
+        [described.get(name, name) + (" (best layer)" if name == best else ""), f"{value:.3f}"]
+        for name, value in aer.items()
+    ]
+    model, results = data["model"], data.get("run_results", {})
+    bleu = f", test BLEU {results['bleu']}" if "bleu" in results else ""
+    notes = (
+        f"{data['pairs']} test verses ({data['skipped']} left out), {model['n_decoder_layers']} "
+        f"decoder layers of {model['n_heads']} heads{bleu}. Reference: IBM Model 1 ("
+        f"{data['model1_iterations']} EM iterations on {data['model1_pairs']:,} pairs: the "
+        "train split and the aligned verses); AER = 1 - 2|A∩R|/(|A|+|R|), summed over the "
+        "verses, 0 where attention links as Model 1 does. It measures agreement with "
+        "Model 1, which is itself often wrong. Run: " + data.get("note", "")
+    )
+    return "\n\n".join(
+        [
+            table(["alignment", "AER vs Model 1"], rows, left=1),
+            notes,
+            source("alignment", data, timed=False),
+        ]
+    )
+
+
 def int8_kernels() -> str:
     """Each int8 candidate's speed against float32, per weight shape and row count."""
     data = load("int8-kernels")
@@ -1289,6 +1318,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "valid-variants": valid_variants,
     "valid-searches": valid_searches,
     "induction": induction,
+    "alignment": alignment,
     "memory": memory,
     "int8-kernels": int8_kernels,
     "train-profile-bf16": lambda: train_profile("train-profile-bf16"),
@@ -1309,6 +1339,7 @@ WHEN = {
     "valid-variants": lambda: (RESULTS / "valid-sweep.json").exists(),
     "valid-searches": lambda: (RESULTS / "valid-sweep.json").exists(),
     "induction": lambda: (RESULTS / "induction.json").exists(),
+    "alignment": lambda: (RESULTS / "alignment.json").exists(),
     "memory": lambda: (RESULTS / "memory.json").exists(),
     "int8-kernels": lambda: (RESULTS / "int8-kernels.json").exists(),
     "train-profile-bf16": lambda: (RESULTS / "train-profile-bf16.json").exists(),

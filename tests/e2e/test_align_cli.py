@@ -92,8 +92,17 @@ def test_a_translation_run_aligns_its_test_split(runs, tmp_path):
             a, r = links(sentence[name]), links(sentence["model1"])
             common, total = common + len(a & r), total + len(a) + len(r)
         assert data["aer"][name] == pytest.approx(1 - 2 * common / total)
+    # the baseline that reads no model: the same relative position, centre of each share
+    common = total = 0
+    for sentence in data["sentences"]:
+        n_src, n_tgt = len(sentence["source"]), len(sentence["target"])
+        a = {(int((j + 0.5) * n_src / n_tgt), j) for j in range(n_tgt)}
+        r = links(sentence["model1"])
+        common, total = common + len(a & r), total + len(a) + len(r)
+    assert data["aer"]["diagonal"] == pytest.approx(1 - 2 * common / total)
     printed = result.stdout.splitlines()
     assert printed[1].split()[:2] == ["layer", "0"] and printed[2].startswith("rollout")
+    assert printed[3].startswith("diagonal")
     assert float(printed[2].split()[1]) == pytest.approx(data["aer"]["rollout"], abs=1e-4)
 
 

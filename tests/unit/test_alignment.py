@@ -15,6 +15,7 @@ from aiayn.analysis.alignment import (
     attention_matrices,
     best_layer,
     corpus_aer,
+    diagonal_alignment,
     rollout,
     word_alignment,
     words,
@@ -32,6 +33,15 @@ def test_aer_by_hand_and_at_its_ends():
     assert aer(reference, reference) == 0.0
     assert aer({(0, 1), (1, 0)}, reference) == 1.0
     assert aer(set(), set()) == 0.0
+
+
+def test_the_diagonal_baseline_by_hand():
+    # six target words over three source words: each source word takes two in turn
+    assert diagonal_alignment(3, 6) == {(0, 0), (0, 1), (1, 2), (1, 3), (2, 4), (2, 5)}
+    # equal lengths: the identity; a longer source skips words (centre of each share)
+    assert diagonal_alignment(4, 4) == {(i, i) for i in range(4)}
+    assert diagonal_alignment(5, 2) == {(1, 0), (3, 1)}
+    assert diagonal_alignment(0, 3) == diagonal_alignment(3, 0) == frozenset()
 
 
 def test_corpus_aer_sums_the_counts_before_dividing():

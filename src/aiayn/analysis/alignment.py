@@ -82,6 +82,7 @@ Alignment = frozenset[tuple[int, int]]
 WORD_START = "\u2581"  # sentencepiece's "▁"
 JSON_FILE = "align.json"
 ROLLOUT = "rollout"
+DIAGONAL = "diagonal"
 MODEL1_ITERATIONS = 5
 
 
@@ -179,6 +180,21 @@ def word_alignment(
     summed.index_add_(1, src_word, rows)  # (words_T, words_S)
     best = summed.argmax(-1).tolist()  # first maximum on ties
     return frozenset((s, t) for t, s in enumerate(best))
+
+
+def diagonal_alignment(n_src: int, n_tgt: int) -> Alignment:
+    """The baseline that reads no model: target word j linked to the source word at the
+    same relative position, floor((j + 1/2) * n_src / n_tgt).
+
+    An attention alignment is worth reporting only where it beats this line through
+    the sentence (the two languages' word orders are close: English and Spanish).
+
+    Returns:
+        One link per target word; none when either side is empty.
+    """
+    if n_src < 1 or n_tgt < 1:
+        return frozenset()
+    return frozenset(((2 * j + 1) * n_src // (2 * n_tgt), j) for j in range(n_tgt))
 
 
 # ----- attention ------------------------------------------------------------------------
@@ -353,6 +369,7 @@ class AlignReport:
     Attributes:
         layer_aer: corpus AER of each decoder layer's cross-attention alignment.
         rollout_aer: corpus AER of the rollout's alignment.
+        diagonal_aer: corpus AER of `diagonal_alignment`, the baseline that reads no model.
         best_layer: the layer with the lowest AER (the earliest on a tie).
         pairs: pairs aligned.
         skipped: pairs left out (an empty side, or longer than the model's max_len).
@@ -363,6 +380,7 @@ class AlignReport:
 
     layer_aer: list[float]
     rollout_aer: float
+    diagonal_aer: float
     best_layer: int
     pairs: int
     skipped: int
@@ -379,7 +397,8 @@ class AlignReport:
                 "Viterbi alignment as the one reference (sure = possible links); attention: "
                 "cross-attention averaged over heads, each target word linked to the source "
                 "word with the highest summed attention; rollout: Abnar & Zuidema 2020 "
-                "through decoder self- and cross-attention"
+                "through decoder self- and cross-attention; diagonal: target word j linked to "
+                "source word floor((j + 1/2) S / T), the baseline that reads no model"
             ),
             "pairs": self.pairs,
             "skipped": self.skipped,
@@ -388,6 +407,7 @@ class AlignReport:
             "aer": {
                 **{f"layer {i}": v for i, v in enumerate(self.layer_aer)},
                 ROLLOUT: self.rollout_aer,
+                DIAGONAL: self.diagonal_aer,
             },
             "best_layer": self.best_layer,
             "sentences": self.sentences,
@@ -397,6 +417,7 @@ class AlignReport:
         """A plain-text table: one row per layer and one for the rollout, best marked."""
         rows = [(f"layer {i}", v) for i, v in enumerate(self.layer_aer)]
         rows.append((ROLLOUT, self.rollout_aer))
+        rows.append((DIAGONAL, self.diagonal_aer))
         lines = ["attention   AER vs Model 1"]
         for i, (name, value) in enumerate(rows):
             mark = "  (best layer)" if i == self.best_layer else ""
@@ -471,7 +492,7 @@ def align_pairs(
         for (s, t), (s_ids, t_ids) in zip(texts, kept, strict=True)
     ]
     model1 = Model1.train([*model1_data, *((words(s), words(t)) for s, t in pieces)], iterations)
-    references, per_layer, rolled, sentences = [], [], [], []
+    references, per_layer, rolled, diagonal, sentences = [], [], [], [], []
     was_training = model.training
     model.eval()
     try:
@@ -481,14 +502,16 @@ def align_pairs(
             cross, rolled_matrix = attention_matrices(model, src_ids, tgt_ids)
             layers = [word_alignment(c, src_pieces, tgt_pieces) for c in cross]
             rollout_links = word_alignment(rolled_matrix, src_pieces, tgt_pieces)
-            reference = model1.align(words(src_pieces), words(tgt_pieces))
+            source_words, target_words = words(src_pieces), words(tgt_pieces)
+            reference = model1.align(source_words, target_words)
             references.append(reference)
+            diagonal.append(diagonal_alignment(len(source_words), len(target_words)))
             per_layer.append(layers)
             rolled.append(rollout_links)
             sentences.append(
                 {
-                    "source": words(src_pieces),
-                    "target": words(tgt_pieces),
+                    "source": source_words,
+                    "target": target_words,
                     "model1": pharaoh(reference),
                     **{f"layer {i}": pharaoh(links) for i, links in enumerate(layers)},
                     ROLLOUT: pharaoh(rollout_links),
@@ -500,6 +523,7 @@ def align_pairs(
     return AlignReport(
         layer_aer=[corpus_aer(alignments, references) for alignments in by_layer],
         rollout_aer=corpus_aer(rolled, references),
+        diagonal_aer=corpus_aer(diagonal, references),
         best_layer=best_layer(by_layer, references),
         pairs=len(kept),
         skipped=len(pairs) - len(kept),
