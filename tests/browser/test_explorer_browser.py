@@ -403,3 +403,38 @@ def test_html_export_shows_corpus_numbers_and_the_logit_lens(
     assert _texts(browser, "#lens-grid thead th")[1:] == lens["targets"]
     browser.save_screenshot(str(screenshots / "explorer-lens.png"))
     assert _severe_console_errors(browser) == []
+
+
+def test_induction_page_shows_each_score_on_its_colour(
+    browser: Any, screenshots: Path, tmp_path: Path
+) -> None:
+    """`aiayn induction --html` for a GPT: every head's three scores as the browser
+    draws them, each number the library's score and each cell viridis at that score."""
+    import torch
+    from matplotlib import colormaps
+
+    from aiayn import ModelConfig
+    from aiayn.analysis.induction import repeated_random_tokens, score_model
+    from aiayn.apps.explorer.induction import write_induction_html
+    from aiayn.models.decoder_only import DecoderOnly
+
+    torch.manual_seed(0)
+    shape = {"d_model": 32, "n_heads": 4, "d_ff": 64, "max_len": 24, "n_layers": 2}
+    gpt = DecoderOnly(ModelConfig.gpt(vocab_size=40, dropout=0.0, **shape)).eval()
+    scores = score_model(gpt, repeated_random_tokens(40, 6, 3, 0, (0, 1, 2, 3), bos_id=1))
+    page = write_induction_html(scores, tmp_path / "induction.html", run="a random GPT")
+    browser.get(page.as_uri())
+    ranges = {"induction": (0.0, 1.0), "previous_token": (0.0, 1.0), "copying": (-1.0, 1.0)}
+    for name, grid in scores.grids().items():
+        rows = browser.find_elements(By.CSS_SELECTOR, f"#{name} tr")[1:]  # under the heads
+        assert [r.find_element(By.TAG_NAME, "th").text for r in rows] == ["layer 0", "layer 1"]
+        low, high = ranges[name]
+        for row, values in zip(rows, grid.tolist(), strict=True):
+            cells = row.find_elements(By.TAG_NAME, "td")
+            assert [c.text for c in cells] == [f"{v:.3f}" for v in values]
+            for cell, value in zip(cells, values, strict=True):
+                r, g, b, _ = colormaps["viridis"]((value - low) / (high - low))
+                want = f"rgba({round(255 * r)}, {round(255 * g)}, {round(255 * b)}, 1)"
+                assert cell.value_of_css_property("background-color") == want
+    browser.save_screenshot(str(screenshots / "induction.png"))
+    assert _severe_console_errors(browser) == []
