@@ -1536,5 +1536,13 @@ def quickstart(
         raise _fail(err) from None
 
 
+def __getattr__(name: str):
+    """`click_app`: the click command behind `app`, which the docs' CLI reference
+    (mkdocs-click) reads; built on request, so a plain `aiayn` run never builds it."""
+    if name == "click_app":
+        return typer.main.get_command(app)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 if __name__ == "__main__":
     app()
