@@ -32,15 +32,9 @@ def _described(cls: type) -> dict[str, str]:
 
 
 def _type_name(annotation: object) -> str:
-    text = annotation if isinstance(annotation, str) else typing_repr(annotation)
-    return text.replace("typing.", "").replace("NoneType", "None")
-
-
-def typing_repr(annotation: object) -> str:
-    """A type as it is written in the source (`int | None`, `Activation`)."""
-    if isinstance(annotation, type):
-        return annotation.__name__
-    return str(annotation)
+    """A type as the source writes it (`int | None`, `Activation`, `Path`)."""
+    text = annotation.__name__ if isinstance(annotation, type) else str(annotation)
+    return text.replace("typing.", "").replace("pathlib.", "").replace("NoneType", "None")
 
 
 def _default(field: dataclasses.Field) -> str:
@@ -88,19 +82,19 @@ def recipe_fields_markdown() -> str:
     from aiayn.config import ModelConfig, TrainConfig
     from aiayn.training.recipe import DATA_KEYS, Recipe
 
-    recipe = _described(Recipe)
-    data_rows = []
-    for name in DATA_KEYS:
-        attribute = "corpus" if name == "corpus" else name
-        kinds = typing.get_type_hints(Recipe)
-        data_rows.append(
-            (name, _type_name(kinds[attribute]), _default(Recipe.__dataclass_fields__[attribute]),
-             recipe.get(attribute, ""))
-        )  # fmt: skip
-    model_rows = [
-        ("preset", "str", "null", "a preset to start from: " + recipe_presets() + "; the "
-         "fields below override it")
-    ] + field_rows(ModelConfig)  # fmt: skip
+    recipe, kinds = _described(Recipe), typing.get_type_hints(Recipe)
+    data_rows = [
+        (name, _type_name(kinds[name]), _default(Recipe.__dataclass_fields__[name]),
+         recipe.get(name, ""))
+        for name in DATA_KEYS
+    ]  # fmt: skip
+    preset = (
+        "preset",
+        "str",
+        "null",
+        f"a preset to start from: {recipe_presets()}; the fields below override it",
+    )
+    model_rows = [preset, *field_rows(ModelConfig)]
     return "\n\n".join(
         [
             "## `data`",
@@ -129,7 +123,7 @@ def recipe_presets() -> str:
     return ", ".join(f"`{name}`" for name in names)
 
 
-def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001 (MkDocs' signature)
+def on_page_markdown(markdown: str, page, config, files) -> str:
     """MkDocs hook: fill the recipe page's marker."""
     if MARKER not in markdown:
         return markdown

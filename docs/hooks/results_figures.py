@@ -21,7 +21,5 @@ def on_files(files, config):
     for png in sorted(RESULTS.glob("*.png")):
         uri = f"assets/results/{png.name}"
         if files.get_file_from_path(uri) is None:
-            files.append(
-                File.generated(config, uri, abs_src_path=str(png))
-            )
+            files.append(File.generated(config, uri, abs_src_path=str(png)))
     return files

@@ -255,7 +255,7 @@ def prepare_hf_command(
 
 prepare_lm_app = typer.Typer(
     help="Build a monolingual corpus (GPT / BERT training): one language, documents "
-    "one per line, a subword model with [CLS] [SEP] [MASK].",
+    "one per line, a subword model with [CLS], [SEP] and [MASK].",
     no_args_is_help=True,
 )
 prepare_app.add_typer(prepare_lm_app, name="lm")
