@@ -1,6 +1,6 @@
 # The two commands of README.md: `make demo` and `make test` (and `make docs`, the site).
-# Each sets up .venv on a fresh machine. torch is pinned and installed first, from the CPU wheel on disk,
-# so that pip never resolves (and downloads) another build of it.
+# Each sets up .venv on a fresh machine. torch is pinned and installed first, from the
+# CPU wheel on disk, so that pip never resolves (and downloads) another build of it.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin

@@ -71,7 +71,7 @@ def field_rows(cls: type) -> list[tuple[str, str, str, str]]:
 def _table(rows: list[tuple[str, str, str, str]]) -> str:
     lines = ["| field | type | default | what it sets |", "|---|---|---|---|"]
     lines += [
-        f"| `{name}` | `{_cell(kind)}` | {_cell(default)} | {_cell(text)} |"
+        f"| `{name}` | `{kind}` | {_cell(default)} | {_cell(text)} |"  # `|` in code is kept
         for name, kind, default, text in rows
     ]
     return "\n".join(lines)
