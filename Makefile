@@ -1,6 +1,6 @@
-# The two commands of README.md: `make demo` and `make test`. Each sets up .venv on
-# a fresh machine. torch is pinned and installed first, from the CPU wheel on disk,
-# so that pip never resolves (and downloads) another build of it.
+# The two commands of README.md: `make demo` and `make test` (and `make docs`, the site).
+# Each sets up .venv on a fresh machine. torch is pinned and installed first, from the
+# CPU wheel on disk, so that pip never resolves (and downloads) another build of it.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -8,10 +8,10 @@ TORCH := torch==2.13.0
 SWORD_PACKAGES := sword-text-web sword-text-sparv sword-text-kjv
 BROWSER_PACKAGES := chromium chromium-driver
 
-# Folders ruff looks at (benchmarks/ may not exist yet).
-CODE := $(wildcard src tests benchmarks)
+# Folders ruff looks at (benchmarks/ may not exist yet; docs/hooks: the site's build code).
+CODE := $(wildcard src tests benchmarks docs/hooks)
 
-.PHONY: demo test lint format install sword browser clean bench release-reference
+.PHONY: demo test lint format install sword browser clean bench release-reference docs docs-serve
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -79,7 +79,15 @@ format: install
 test: install lint sword browser
 	$(BIN)/python -m pytest -n 2 -q
 
-# Speed against the peers (README, "Speed"); QUICK=1 for fewer rounds.
+# The docs site (mkdocs.yml): built into site/, or served at http://127.0.0.1:8000 while
+# you edit. `make test` builds it too (--strict, tests/docs/test_docs_site.py).
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+docs-serve: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
+
+# Speed against the peers (docs/explanation/results/speed.md); QUICK=1 for fewer rounds.
 bench: install
 	$(BIN)/pip install --quiet -e ".[test,hf,bench]" "$(TORCH)"  # torch stays pinned
 	$(BIN)/python -m benchmarks.bench_decode $(if $(QUICK),--quick)
@@ -92,4 +100,4 @@ release-reference: install
 	$(BIN)/python -m benchmarks.release
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist site src/*.egg-info .pytest_cache .ruff_cache

@@ -25,7 +25,7 @@ its set size per cell is reported. Per cell: "best / CT2 int8", the fastest of t
 after loading its model and after all its calls. CTranslate2's workers do not import
 torch, so their memory is CTranslate2's own. Outputs of the shortlist rows cannot
 match aiayn's on random weights (the shortlist is not the model's); their quality is
-measured on a trained model (README, "CPU inference at its limit").
+measured on a trained model (docs/explanation/results/cpu-inference.md).
 
     python -m benchmarks.bench_decode --threads 2,1
 

@@ -19,7 +19,7 @@ share of reference pieces in their sentence's candidate set) and the mean number
 candidates per sentence. Seconds are the whole translation of the split, for
 orientation only: speed is measured by `bench_decode.py`.
 
-Writes `benchmarks/results/quality.json`; `report.py --write` renders README's table.
+Writes `benchmarks/results/quality.json`; `report.py --write` renders its table in docs/explanation/results/cpu-inference.md.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ paired_bootstrap`, 1,000 resamples), and the share of sentences whose greedy out
 identical to fp32's. A single model's difference is one draw: the seeds show how much
 of it is the model, the interval how much is the choice of test sentences.
 
-Writes `benchmarks/results/quality-seeds.json`; `report.py --write` renders README's table.
+Writes `benchmarks/results/quality-seeds.json`; `report.py --write` renders its table in docs/explanation/results/cpu-inference.md.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""Record a quickstart run for README's seed table and the packaged reference line.
+"""Record a quickstart run for the docs' seed table (docs/explanation/results/quickstart.md) and the packaged reference line.
 
     aiayn quickstart --out runs/qs-seed0 --minutes 15 --seed 0
     python -m benchmarks.record_quickstart runs/qs-seed0 --name quickstart-seed0-15min
-    python -m benchmarks.report --write     # README's quickstart table
+    python -m benchmarks.report --write     # the docs' quickstart table
     python -m benchmarks.release            # at a release: the packaged reference line
 
 It writes `benchmarks/results/NAME.json`, and nothing under `src/`: the run's results.json

@@ -3,7 +3,7 @@
     aiayn quickstart --out runs/v-seed0 --seed 0                      # the recipe
     aiayn quickstart --out runs/v-d256 --seed 0 --set model.d_model=256 --set model.d_ff=1024
     python -m benchmarks.record_valid runs/v-seed0 runs/v-d256 ... --note "how they ran"
-    python -m benchmarks.report --write                                # README's tables
+    python -m benchmarks.report --write                                # the docs' tables
 
 For each quickstart directory it takes the weights the quickstart scores (the lowest
 validation loss, `evaluated_weights`), reads the run's recipe overrides, seed, steps

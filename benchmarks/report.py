@@ -1,10 +1,11 @@
-"""README's measured tables, rendered from the committed results files.
+"""The docs' measured tables, rendered from the committed results files.
 
     python -m benchmarks.report            # print every table
-    python -m benchmarks.report --write    # put them into README.md
-    python -m benchmarks.report --check    # exit 1 naming each README table that is stale
+    python -m benchmarks.report --write    # put them into README.md and docs/**/*.md
+    python -m benchmarks.report --check    # exit 1 naming each table that is stale
 
-Every table in README.md that holds measured figures sits between two markers,
+Every table in README.md or a docs page (`docs/**/*.md`) that holds measured figures
+sits between two markers (a table may appear in several of them),
 
     <!-- report:NAME -->
     ...
@@ -33,6 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 BLOCK = re.compile(r"<!-- report:([a-z0-9-]+) -->\n(.*?)<!-- /report:\1 -->", re.DOTALL)
 # The CPU features a figure can depend on: bf16 rows need AMX or AVX512-BF16 to win.
 KEY_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
@@ -1325,7 +1327,7 @@ TABLES: dict[str, Callable[[], str]] = {
 }
 
 
-# ----- README --------------------------------------------------------------------------
+# ----- README.md and docs/ -------------------------------------------------------------
 
 
 # Tables rendered only once their results exist (README gains their blocks with them).
@@ -1350,25 +1352,50 @@ def render_all() -> dict[str, str]:
     return {name: render() for name, render in TABLES.items() if name not in WHEN or WHEN[name]()}
 
 
+def documents() -> list[Path]:
+    """The files whose blocks are rendered: README.md and every docs page."""
+    return [README, *sorted(DOCS.rglob("*.md"))]
+
+
+def document_name(path: Path) -> str:
+    """A document's path as messages name it (relative to the repository)."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def blocks(text: str) -> dict[str, str]:
-    """README's rendered blocks: marker name -> the text between the markers."""
+    """A document's rendered blocks: marker name -> the text between the markers."""
     return {m.group(1): m.group(2) for m in BLOCK.finditer(text)}
 
 
-def stale(text: str, rendered: dict[str, str]) -> list[str]:
-    """Each problem with README's blocks, one line each (empty: README is up to date)."""
-    found = blocks(text)
+def stale(texts: dict[str, str], rendered: dict[str, str]) -> list[str]:
+    """Each problem with the documents' blocks, one line each (empty: all up to date).
+
+    Args:
+        texts: each document's name (README.md, docs/...) and its text.
+        rendered: each table's name and its rendering (`render_all`).
+
+    Returns:
+        A table that no document holds; per document, a block that names no table, or
+        one that differs from its rendering.
+    """
+    found = {name: blocks(text) for name, text in texts.items()}
+    held = {table for tables in found.values() for table in tables}
     problems = [
-        f"{name}: no <!-- report:{name} --> block in README"
-        for name in rendered
-        if name not in found
+        f"{table}: no <!-- report:{table} --> block in README.md or docs/"
+        for table in rendered
+        if table not in held
     ]
-    problems += [f"{name}: no such table in report.py" for name in found if name not in rendered]
-    problems += [
-        f"{name}: differs from what report.py renders from the results files"
-        for name in rendered
-        if name in found and found[name] != rendered[name] + "\n"
-    ]
+    for name, tables in found.items():
+        problems += [
+            f"{name}: {table}: no such table in report.py"
+            for table in tables
+            if table not in rendered
+        ]
+        problems += [
+            f"{name}: {table}: differs from what report.py renders from the results files"
+            for table in rendered
+            if table in tables and tables[table] != rendered[table] + "\n"
+        ]
     return problems
 
 
@@ -1387,31 +1414,40 @@ def updated(text: str, rendered: dict[str, str]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     action = parser.add_mutually_exclusive_group()
-    action.add_argument("--write", action="store_true", help="update README.md's blocks")
+    action.add_argument(
+        "--write", action="store_true", help="update the blocks of README.md and docs/**/*.md"
+    )
     action.add_argument("--check", action="store_true", help="exit 1 if a block is stale")
     args = parser.parse_args()
     try:
         rendered = render_all()
     except (OSError, KeyError, ValueError) as err:  # a results file missing or malformed
         sys.exit(f"report.py: cannot render from {RESULTS}: {type(err).__name__}: {err}")
+    paths = {document_name(path): path for path in documents()}
+    texts = {name: path.read_text(encoding="utf-8") for name, path in paths.items()}
     if args.check:
-        problems = stale(README.read_text(), rendered)
+        problems = stale(texts, rendered)
         for line in problems:
-            print(f"README.md: {line}", file=sys.stderr)
+            print(line, file=sys.stderr)
         if problems:
             print("run `python -m benchmarks.report --write`", file=sys.stderr)
             sys.exit(1)
-        print("README.md's measured tables match benchmarks/results/")
+        print("the measured tables of README.md and docs/ match benchmarks/results/")
     elif args.write:
-        text = README.read_text()
-        new = updated(text, rendered)
-        missing = [name for name in rendered if name not in blocks(new)]
-        README.write_text(new)
-        print(f"README.md: {len(rendered) - len(missing)} tables written")
-        for name in missing:
-            print(
-                f"README.md has no block for {name}: add <!-- report:{name} --> ... <!-- /report:{name} -->"
-            )
+        written = 0
+        for name, text in texts.items():
+            new = updated(text, rendered)
+            written += len(set(blocks(new)) & set(rendered))
+            if new != text:
+                paths[name].write_text(new, encoding="utf-8")
+        print(f"{written} tables written into README.md and docs/")
+        held = {table for text in texts.values() for table in blocks(text)}
+        for name in rendered:
+            if name not in held:
+                print(
+                    f"no document has a block for {name}: add <!-- report:{name} --> ... "
+                    f"<!-- /report:{name} --> to README.md or a docs page"
+                )
     else:
         for name, text in rendered.items():
             print(f"<!-- report:{name} -->\n{text}\n<!-- /report:{name} -->\n")

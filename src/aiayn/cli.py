@@ -255,7 +255,7 @@ def prepare_hf_command(
 
 prepare_lm_app = typer.Typer(
     help="Build a monolingual corpus (GPT / BERT training): one language, documents "
-    "one per line, a subword model with [CLS] [SEP] [MASK].",
+    "one per line, a subword model with [CLS], [SEP] and [MASK].",
     no_args_is_help=True,
 )
 prepare_app.add_typer(prepare_lm_app, name="lm")
@@ -1534,6 +1534,14 @@ def quickstart(
         run_quickstart(config, echo=typer.echo)
     except (SwordModuleMissing, FileNotFoundError, ValueError) as err:
         raise _fail(err) from None
+
+
+def __getattr__(name: str):
+    """`click_app`: the click command behind `app`, which the docs' CLI reference
+    (mkdocs-click) reads; built on request, so a plain `aiayn` run never builds it."""
+    if name == "click_app":
+        return typer.main.get_command(app)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ never runs. Without them the tests skip, naming the install line.
 
 The served page's screenshots are kept: in pytest's temporary directory, or in the
 directory AIAYN_EXPLORER_SCREENSHOTS names. AIAYN_EXPLORER_RUN serves another run
-than the tiny random one (README's screenshots come from the quickstart model so).
+than the tiny random one (the docs' screenshots come from the quickstart model so).
 """
 
 from __future__ import annotations

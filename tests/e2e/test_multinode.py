@@ -11,7 +11,7 @@ meeting at a c10d rendezvous on 127.0.0.1 (gloo), training the tiny recipe.
   next collective fails at once on the closed connection; nothing is written after
   update 5.
 
-Every launch sets TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, as the README's command does:
+Every launch sets TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, as the docs' command does (docs/how-to/several-gpus.md):
 without it torchrun's restarts can hang (see `aiayn.training.distributed`).
 """
 

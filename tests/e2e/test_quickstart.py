@@ -1,4 +1,5 @@
-"""`aiayn quickstart` end to end (tiny mode, on the real Bible) and the README's commands."""
+"""`aiayn quickstart` end to end (tiny mode, on the real Bible) and the commands the
+README and the docs show."""
 
 from __future__ import annotations
 
@@ -155,8 +156,9 @@ def test_quickstart_names_a_missing_recipe(tmp_path):
 
 
 def readme_subcommands() -> set[tuple[str, ...]]:
-    """Every `aiayn SUB [SUBSUB]` the README shows."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    """Every `aiayn SUB [SUBSUB]` README.md and the docs pages show."""
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    text = "\n".join(page.read_text(encoding="utf-8") for page in pages)
     code = re.findall(r"```.*?```", text, flags=re.S) + re.findall(r"`[^`\n]+`", text)
     found = set()
     command = r"(?:^|`|\| |\$ |&& )(?:\S*/)?aiayn ([a-z]+)(?: ([a-z][a-z0-9]*))?"

@@ -144,7 +144,7 @@ def test_logits_equal_transformers_with_padding(marian):
             decoder_input_ids=decoder_in,
         ).logits
         logits = ours(batch["input_ids"], decoder_in)
-    torch.testing.assert_close(logits, expected, rtol=0, atol=1e-4)  # README: within 1e-4
+    torch.testing.assert_close(logits, expected, rtol=0, atol=1e-4)  # the docs: within 1e-4
 
 
 def test_tokenization_equals_transformers(marian):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import types
@@ -86,12 +87,16 @@ def test_report_write_changes_nothing_under_src(monkeypatch, tmp_path):
 
     readme = tmp_path / "README.md"
     readme.write_text((ROOT / "README.md").read_text())
+    shutil.copytree(ROOT / "docs", tmp_path / "docs")
     monkeypatch.setattr(report, "README", readme)
+    monkeypatch.setattr(report, "DOCS", tmp_path / "docs")
     monkeypatch.setattr(sys, "argv", ["report", "--write"])
     before = _files_under(ROOT / "src")
     report.main()
     assert _files_under(ROOT / "src") == before
     assert readme.read_text() == (ROOT / "README.md").read_text()  # README was up to date
+    for page in (ROOT / "docs").rglob("*.md"):  # and so was every docs page
+        assert (tmp_path / page.relative_to(ROOT)).read_text() == page.read_text(), page
 
 
 def test_the_release_step_writes_the_reference_from_the_results(monkeypatch, tmp_path, capsys):

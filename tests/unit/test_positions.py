@@ -373,21 +373,21 @@ def test_alibi_bias_of_cached_queries_is_the_last_rows_of_the_full_bias(causal):
     torch.testing.assert_close(scheme.attention_bias(3, 9), full[:, 6:], rtol=0, atol=0)
 
 
-# ----- README's "Extending aiayn" example, run as written --------------------------------
+# ----- The docs' "Extend aiayn" example (docs/how-to/extend.md), run as written ----------
 
 
-def test_readme_example_scheme_trains_decodes_with_a_cache_and_freezes(scratch_registry):
+def test_docs_example_scheme_trains_decodes_with_a_cache_and_freezes(scratch_registry):
     import re
     from pathlib import Path
 
     from aiayn import ModelConfig, Transformer, freeze
     from aiayn.inference.decoding import new_cache
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    page = (Path(__file__).parents[2] / "docs" / "how-to" / "extend.md").read_text(encoding="utf-8")
     (code,) = re.findall(
-        r"```python\n(# src/aiayn/nn/positions/previous_token.py\n.*?)```", readme, re.S
+        r"```python\n(# src/aiayn/nn/positions/previous_token.py\n.*?)```", page, re.S
     )
-    exec(compile(code, "README.md", "exec"), {})  # registers "previous_token"
+    exec(compile(code, "docs/how-to/extend.md", "exec"), {})  # registers "previous_token"
     model = Transformer(ModelConfig.tiny(vocab_size=30, positional="previous_token")).eval()
     bonus = model.decoder.embedding.positions.bonus
     with torch.no_grad():

@@ -103,7 +103,7 @@ class QuickstartConfig:
         beam, alpha: beam search on the test set: beam 8 and length penalty alpha
             1.0, chosen on the valid split over the recipe's three seeds (median
             valid BLEU 28.95, against 28.48 for beam 4 and alpha 1.0 and 28.23 for
-            the paper's beam 4 and alpha 0.6; README).
+            the paper's beam 4 and alpha 0.6; docs/explanation/results/quickstart.md).
         test_pairs: score only the first N test pairs (None: all of them).
         samples: sample translations to show.
         seed: the training seed (`train.seed`: initialisation, data order,

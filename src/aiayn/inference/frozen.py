@@ -31,7 +31,7 @@ PyTorch's fbgemm int8 kernels: VNNI where the CPU has it). A product too small f
 int8 to gain (`INT8_MIN_ELEMENTS`) stays float32, and so do embeddings, layer norms
 and the attention arithmetic. The output projection stays float32 unless
 `int8_output=True`: it decides among the candidates, and rounding there changes
-more outputs (README, "CPU inference at its limit", measures each choice).
+more outputs (docs/explanation/results/cpu-inference.md measures each choice).
 
 Two shapes freeze: the encoder-decoder (`FrozenTransformer`) and the decoder-only
 language model (`FrozenDecoderOnly`: the same frozen self-attention and
@@ -180,7 +180,7 @@ class Int8Linear(nn.Module):
     engine, whatever `torch.backends.quantized.engine` says later. fbgemm is the
     default; `benchmarks/bench_int8_kernels.py` times it against oneDNN, per-tensor
     scales, `torch._int_mm` and `quantize_dynamic` at decoding's and the encoder's
-    row counts (README, "CPU inference at its limit"). Where only one of fbgemm and
+    row counts (docs/explanation/results/cpu-inference.md). Where only one of fbgemm and
     oneDNN is built, it serves.
 
     Args:

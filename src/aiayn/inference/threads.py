@@ -3,7 +3,7 @@
 A decoding step multiplies a few rows (one per sentence or beam) by every weight
 matrix: little work per operation, and one OpenMP barrier per operation. Where the
 cores are shared with other processes, a barrier often waits a whole scheduler
-time slice for a descheduled thread; on the 2-core machine of README "Speed", with
+time slice for a descheduled thread; on the 2-core machine of docs/explanation/results/speed.md, with
 other jobs running, the steps of a decode ran 5 to 10 times slower with two
 threads than with one. `StepThreads` runs the encoder with the threads torch is
 set to and every decoding step with fewer.

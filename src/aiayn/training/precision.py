@@ -104,7 +104,7 @@ def bf16_matmul_speedup(threads: int | None = None) -> float:
     The ratio of `measure_matmul_peak` in each type (the best of a few
     timed `SPEEDUP_SIZE` products), on torch's current threads (`threads` only keys
     the cache). A CPU may report AVX512-BF16 and still multiply bf16 slower than fp32
-    (README, "CPU inference at its limit"): the flag alone does not say. Timed once
+    (docs/explanation/results/cpu-inference.md): the flag alone does not say. Timed once
     per process and thread count.
     """
     fp32 = measure_matmul_peak(torch.float32, SPEEDUP_SIZE)

@@ -1,0 +1,105 @@
+"""The built docs site in a real browser (headless Chromium, as the explorer's test
+drives it): the home page, a tutorial page and the language switch.
+
+The site is built with `mkdocs build --strict` (tests/docs/test_docs_site.py's
+fixture) and served over HTTP from a thread. The screenshots go to pytest's temporary
+directory, or to the directory AIAYN_DOCS_SCREENSHOTS names; the committed
+`docs/assets/site-home.png` and `docs/assets/site-tutorial.png` were taken so:
+
+    AIAYN_DOCS_SCREENSHOTS=docs/assets .venv/bin/python -m pytest -q -p no:xdist \\
+        tests/browser/test_docs_browser.py
+
+The tutorial screenshot is of the first tutorial page (docs/tutorials/); where there
+is none yet, of the recipe fields reference page.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+try:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+except ImportError:  # pytestmark (the explorer test's) skips, naming the install line
+    By = WebDriverWait = None
+from test_docs_site import ROOT, site  # noqa: F401 (the built site, a fixture)
+from test_explorer_browser import WAIT_S, browser, pytestmark  # noqa: F401 (fixture, skips)
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def served(site: Path) -> Iterator[str]:  # noqa: F811 (the imported fixture)
+    """The built site over HTTP on a free loopback port; its base URL."""
+    server = ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(site))
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    chosen = os.environ.get("AIAYN_DOCS_SCREENSHOTS")
+    return Path(chosen) if chosen else tmp_path_factory.mktemp("docs-screenshots")
+
+
+def tutorial_path() -> str:
+    """The site path of the first tutorial page, or of the recipe fields page."""
+    tutorials = sorted(
+        p for p in (ROOT / "docs" / "tutorials").glob("*.md") if not p.name.endswith(".ko.md")
+    )
+    tutorials = [p for p in tutorials if p.name != "index.md"]
+    if tutorials:
+        return f"tutorials/{tutorials[0].stem}/"
+    return "reference/recipe/"
+
+
+def open_page(browser, url: str) -> None:  # noqa: F811
+    browser.get(url)
+    WebDriverWait(browser, WAIT_S).until(
+        lambda d: d.execute_script("return document.readyState") == "complete"
+    )
+
+
+def test_the_home_page_renders_with_its_navigation_and_a_language_switch(
+    browser,  # noqa: F811
+    served,
+    screenshots,
+):
+    open_page(browser, served)
+    assert browser.find_element(By.TAG_NAME, "h1").text == "aiayn"
+    tabs = browser.find_element(By.CSS_SELECTOR, "nav.md-nav--primary").text
+    for section in ("How-to guides", "Reference", "Explanation"):
+        assert section in tabs
+    # Material's stylesheet applied: the header bar is coloured, not the browser's default.
+    header = browser.find_element(By.CSS_SELECTOR, "header.md-header")
+    assert header.value_of_css_property("background-color") not in ("rgba(0, 0, 0, 0)", "")
+    korean = browser.find_elements(By.CSS_SELECTOR, "a[hreflang='ko']")
+    assert korean, "no link to the Korean site"
+    browser.save_screenshot(str(screenshots / "site-home.png"))
+    open_page(browser, korean[0].get_attribute("href"))
+    assert "트랜스포머" in browser.find_element(By.TAG_NAME, "article").text
+
+
+def test_a_tutorial_page_renders_its_code_and_tables(browser, served, screenshots):  # noqa: F811
+    open_page(browser, served + tutorial_path())
+    article = browser.find_element(By.TAG_NAME, "article")
+    assert article.find_elements(By.CSS_SELECTOR, "h1")
+    assert article.find_elements(By.CSS_SELECTOR, "table, pre code")
+    browser.save_screenshot(str(screenshots / "site-tutorial.png"))

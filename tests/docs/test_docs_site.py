@@ -1,0 +1,112 @@
+"""The docs site builds with `mkdocs build --strict`, and its generated pages are whole.
+
+`--strict` turns every warning into a failure: a broken link or anchor, a page missing
+from the nav, a docstring mkdocstrings cannot parse. The site is built once into a
+temporary folder (about 10 s on 2 cores); the tests then read the built HTML.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])
+        ),
+        "NO_MKDOCS_2_WARNING": "1",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    return out
+
+
+def text_of(page: Path) -> str:
+    """A built page's text, tags removed."""
+    return re.sub(r"<[^>]+>", " ", page.read_text(encoding="utf-8"))
+
+
+def test_the_site_builds_strict_in_english_and_korean(site):
+    assert (site / "index.html").is_file()
+    korean = (site / "ko" / "index.html").read_text(encoding="utf-8")
+    assert "어텐션 헤드(attention head)" in korean and 'lang="ko"' in korean
+    # A page without a .ko.md falls back to the English one on the Korean site.
+    assert "Recipe fields" in text_of(site / "ko" / "reference" / "recipe" / "index.html")
+
+
+def test_the_recipe_fields_page_lists_every_field_of_the_config_dataclasses(site):
+    from aiayn.config import ModelConfig, TrainConfig
+    from aiayn.training.recipe import DATA_KEYS
+
+    page = text_of(site / "reference" / "recipe" / "index.html")
+    for cls in (ModelConfig, TrainConfig):
+        for field in dataclasses.fields(cls):
+            assert f" {field.name} " in page, f"{cls.__name__}.{field.name}"
+    for key in DATA_KEYS:
+        assert f" {key} " in page, key
+    # Descriptions come from the docstrings, not from the page's source.
+    assert "warmup steps of the schedule (the paper: 4000)." in page
+    assert "recipe-fields" not in page  # the marker was replaced
+
+
+def test_the_cli_page_documents_every_command(site):
+    import typer
+
+    from aiayn.cli import app
+
+    page = text_of(site / "reference" / "cli" / "index.html")
+    command = typer.main.get_command(app)
+    for name, sub in command.commands.items():
+        assert f"aiayn {name}" in page, name
+        for option in sub.params:
+            for flag in option.opts:
+                if flag.startswith("--"):
+                    assert flag in page, f"aiayn {name} {flag}"
+
+
+def test_the_api_page_renders_the_public_api_from_its_docstrings(site):
+    html = (site / "reference" / "api" / "index.html").read_text(encoding="utf-8")
+    for name in ("aiayn.config.ModelConfig", "aiayn.nn.attention.MultiHeadAttention",
+                 "aiayn.inference.frozen.freeze", "aiayn.apps.translate.Translator"):  # fmt: skip
+        assert f'id="{name}"' in html, name
+    assert "dropout on attention weights (not in the paper: 0)." in text_of(
+        site / "reference" / "api" / "index.html"
+    )  # a line of ModelConfig's docstring
+
+
+def test_the_results_figures_are_part_of_the_site(site):
+    for png in (ROOT / "benchmarks" / "results").glob("*.png"):
+        assert (site / "assets" / "results" / png.name).read_bytes() == png.read_bytes()
+
+
+def test_readme_links_lead_to_files_that_exist():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme)
+    local = [link for link in links if "://" not in link]
+    assert len(local) >= 10
+    missing = [link for link in local if not (ROOT / link).exists()]
+    assert missing == []
+
+
+def test_readme_stays_short():
+    assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 200
