@@ -53,7 +53,6 @@ ALLOWED: dict[str, str] = {
     # the paper's figures, quoted by the tutorials
     "one head was 0.9 BLEU": "the paper's Table 3, row (A)",
     "base model reached 27.3 BLEU": "the paper's Table 2 (WMT 2014 English-German)",
-    "27.3 BLEU에 도달했습니다": "the paper's Table 2 (05-training-the-quickstart.ko.md)",
     "int8 within 0.3 BLEU of fp32": "issue 17's quality goal",
     "on at least 90% of the test sentences": "issue 17's quality goal",
     "also keeps 90% of the greedy": "issue 17's quality goal",
