@@ -253,6 +253,32 @@ def prepare_hf_command(
     _run_prepare(lambda: prepare_hf(name, out, src_lang, tgt_lang, config_name, config), out)
 
 
+@prepare_app.command("listops")
+def prepare_listops_command(
+    out: str = _OUT,
+    scale: float = typer.Option(
+        0.05, help="Fraction of LRA's 96,000 / 2,000 / 2,000 split sizes, in (0, 1]."
+    ),
+    seed: int = typer.Option(0, help="Seed of the expressions drawn."),
+):
+    """Long Range Arena's ListOps, generated offline with its rules (aiayn.data.listops);
+    a directory already holding the same settings' data set is kept."""
+    import logging
+
+    from aiayn.data.listops import ListOpsConfig, write_listops
+    from aiayn.files import check_output
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        config = ListOpsConfig(scale=scale, seed=seed)
+        check_output(out, "--out", directory=True)
+        write_listops(out, config)
+    except (OSError, ValueError) as err:
+        raise _fail(err) from None
+    sizes = ", ".join(f"{name} {size:,}" for name, size in config.split_sizes().items())
+    typer.echo(f"wrote {out} ({sizes} expressions)")
+
+
 prepare_lm_app = typer.Typer(
     help="Build a monolingual corpus (GPT / BERT training): one language, documents "
     "one per line, a subword model with [CLS] [SEP] [MASK].",

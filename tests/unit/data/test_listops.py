@@ -7,7 +7,9 @@ import random
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
+from aiayn.cli import app
 from aiayn.data.listops import (
     MANIFEST,
     ListOpsConfig,
@@ -117,3 +119,18 @@ def test_a_damaged_split_is_refused_with_its_file_and_line(tmp_path):
     path.write_text("Source\tTarget\n[MAX 1 2 ]\t2\n[MAX 1 2 ]\tx\n")
     with pytest.raises(ValueError, match=r"train.tsv:3: expected"):
         read_split(path)
+
+
+def test_the_command_writes_the_data_set_and_refuses_a_bad_scale_in_one_line(tmp_path):
+    runner = CliRunner()
+    out = tmp_path / "listops"
+    done = runner.invoke(app, ["prepare", "listops", "--out", str(out), "--scale", "0.0005"])
+    assert done.exit_code == 0, done.output
+    assert "train 48, valid 1, test 1" in done.output
+    assert len(read_split(out / "train.tsv")) == 48
+    bad = runner.invoke(app, ["prepare", "listops", "--out", str(tmp_path / "x"), "--scale", "2"])
+    assert bad.exit_code == 1 and "Traceback" not in bad.output
+    assert bad.output.strip().splitlines() == [
+        "aiayn: error: ListOpsConfig.scale must be in (0, 1], got 2.0"
+    ]
+    assert not (tmp_path / "x").exists()
