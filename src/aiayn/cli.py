@@ -279,6 +279,38 @@ def prepare_listops_command(
     typer.echo(f"wrote {out} ({sizes} expressions)")
 
 
+@prepare_app.command("bible-books")
+def prepare_bible_books_command(
+    out: str = _OUT,
+    labels: str = typer.Option("book", help="book (66 classes) or genre (9)."),
+    src: str = typer.Option(
+        "web", callback=_utf8, help="English text: web (World English Bible) or kjv."
+    ),
+    seed: int = typer.Option(0, help="Seed of the passage lengths."),
+):
+    """Byte-level classification: which book of the Bible a 1-4 KB passage comes from,
+    held out by chapter (aiayn.data.bible_books)."""
+    import logging
+
+    from aiayn.data.bible import EnglishSource
+    from aiayn.data.bible_books import PassageConfig, write_bible_books
+    from aiayn.files import check_output
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        english = EnglishSource(src.lower())
+    except ValueError:
+        raise _fail(ValueError(f"--src must be web or kjv, got {src!r}")) from None
+    try:
+        config = PassageConfig(labels=labels.lower(), seed=seed)
+        check_output(out, "--out", directory=True)
+        sizes = write_bible_books(out, config, english)
+    except (OSError, ValueError) as err:
+        raise _fail(err) from None
+    counts = ", ".join(f"{name} {size:,}" for name, size in sizes.items())
+    typer.echo(f"wrote {out} ({counts} passages)")
+
+
 prepare_lm_app = typer.Typer(
     help="Build a monolingual corpus (GPT / BERT training): one language, documents "
     "one per line, a subword model with [CLS] [SEP] [MASK].",
