@@ -10,6 +10,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from aiayn import ModelConfig, build_model
+from aiayn.io.checkpoint import average_checkpoints, load_model, save_model
 from aiayn.models.encoder_decoder import normal_initialisation
 from aiayn.nn.kernels import KERNELS, build_kernel
 from aiayn.nn.kernels.bigbird import BigBirdKernel
@@ -132,20 +133,20 @@ def small(seed):
     return model
 
 
-def test_the_pattern_is_saved_with_the_model(tmp_path):
+def test_the_pattern_is_saved_with_the_model_and_survives_averaging(tmp_path):
     model = small(seed=0)
     ids = torch.randint(3, 40, (2, 40))
     with torch.no_grad():
         expected = model(ids)
-    state = model.state_dict()
-    assert "encoder.layers.0.self_attn.kernel.seed" in state
-    torch.save(state, tmp_path / "weights.pt")
-    other = small(seed=1)
-    seeds = [int(layer.self_attn.kernel.seed) for layer in other.encoder.layers]
-    other.load_state_dict(torch.load(tmp_path / "weights.pt"))
-    assert seeds != [int(layer.self_attn.kernel.seed) for layer in other.encoder.layers]
+    path = save_model(model, tmp_path / "model.safetensors")
+    seeds = [int(layer.self_attn.kernel.seed) for layer in model.encoder.layers]
+    assert seeds != [int(layer.self_attn.kernel.seed) for layer in small(seed=1).encoder.layers]
+    loaded = load_model(path).eval()  # built with other seeds, then given the saved ones
+    assert [int(layer.self_attn.kernel.seed) for layer in loaded.encoder.layers] == seeds
     with torch.no_grad():
-        torch.testing.assert_close(other(ids), expected)
+        torch.testing.assert_close(loaded(ids), expected)
+    averaged = average_checkpoints([path, path, path])  # float64 sums keep a seed < 2^31
+    assert [int(averaged[f"encoder.layers.{i}.self_attn.kernel.seed"]) for i in (0, 1)] == seeds
 
 
 def test_it_is_registered_and_refuses_causal_use_and_bad_options_by_name():

@@ -14,6 +14,7 @@ import torch
 
 from aiayn import ModelConfig, build_model
 from aiayn.inference.decoding import new_cache
+from aiayn.io.checkpoint import load_model, save_model
 from aiayn.models.encoder_decoder import normal_initialisation
 from aiayn.nn.kernels import KERNELS, build_kernel
 from aiayn.nn.kernels import performer as performer_module
@@ -171,6 +172,18 @@ def test_directions_are_redrawn_in_training_only_every_interval():
     assert attention.projection is second and int(attention.calls) == 2
 
 
+def test_a_redraw_follows_the_layers_seed_and_calls_not_the_random_state():
+    # two processes of a distributed run: the same model, different random states
+    first, second = kernel(redraw_interval=1), kernel(redraw_interval=1)
+    q, k, v = qkv(kv_heads=4)
+    torch.manual_seed(1)
+    first(q, k, v)
+    torch.manual_seed(2)
+    second(q, k, v)
+    assert torch.equal(first.projection, second.projection)
+    assert not torch.equal(first.projection, kernel().projection)  # redrawn all the same
+
+
 def small(**options):
     cfg = ModelConfig.gpt(
         40, d_model=32, n_heads=4, n_kv_heads=2, d_ff=64, n_layers=2, max_len=32,
@@ -191,15 +204,15 @@ def test_a_model_decodes_with_the_state_as_in_one_pass_and_reloads_the_same(tmp_
     assert all(isinstance(store, PerformerState) for store in cache.self_attention)
     torch.testing.assert_close(torch.cat(parts, dim=1), whole, atol=1e-5, rtol=0)
 
-    state = model.state_dict()
-    assert "decoder.layers.0.self_attn.kernel.projection" in state
-    torch.save(state, tmp_path / "weights.pt")
-    other = small(num_features=32)  # new random directions ...
-    assert not torch.equal(other.decoder.layers[0].self_attn.kernel.projection,
-                           model.decoder.layers[0].self_attn.kernel.projection)  # fmt: skip
-    other.load_state_dict(torch.load(tmp_path / "weights.pt"))  # ... replaced by the saved ones
+    assert "decoder.layers.0.self_attn.kernel.projection" in model.state_dict()
+    path = save_model(model, tmp_path / "model.safetensors")
+    loaded = load_model(path).eval()  # built with new random directions, then the saved ones
+    saved = model.decoder.layers[0].self_attn.kernel.projection
+    assert not torch.equal(small(num_features=32).decoder.layers[0].self_attn.kernel.projection,
+                           saved)  # fmt: skip
+    assert torch.equal(loaded.decoder.layers[0].self_attn.kernel.projection, saved)
     with torch.no_grad():
-        torch.testing.assert_close(other(ids), whole)
+        torch.testing.assert_close(loaded(ids), whole)
 
 
 def test_it_is_registered_and_refuses_bad_options_by_name():

@@ -95,7 +95,7 @@ class BigBirdKernel(Kernel, nn.Module):
         nn.Module.__init__(self)
         self.block_size, self.num_random_blocks = block_size, num_random_blocks
         self.num_global_blocks, self.window_blocks = num_global_blocks, window_blocks
-        self.register_buffer("seed", torch.randint(2**62, (), dtype=torch.long))
+        self.register_buffer("seed", torch.randint(2**31, (), dtype=torch.long))
         self._patterns: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}
 
     @classmethod

@@ -15,7 +15,9 @@ blocks of Dk orthogonal rows, each row rescaled to the norm of a Gaussian vector
 row is still distributed as N(0, I)), which lowers the estimate's variance. They are a
 buffer of the kernel, saved with the model, so a reloaded model computes the same
 attention; during training they are redrawn every `redraw_interval` calls (section 4.2's
-feature redrawing), and never in evaluation.
+feature redrawing), and never in evaluation. Each draw comes from the layer's own seed
+(drawn when it is built, a buffer too) and its call count, so the processes of a
+distributed run, and a resumed run, draw the same directions.
 
 Causal attention takes the sums over j <= i, a chunk of `CHUNK` positions at a time:
 within a chunk the (chunk, chunk) feature products are masked explicitly, and the chunks
@@ -230,8 +232,11 @@ class PerformerKernel(Kernel, nn.Module):
                 )
         nn.Module.__init__(self)
         self.d_k, self.num_features, self.redraw_interval = d_k, num_features, redraw_interval
-        self.register_buffer("projection", orthogonal_features(num_features, d_k))  # (m, Dk)
+        # The directions follow from a seed and the calls so far: every process of a
+        # distributed run redraws the same ones, whatever its own random state.
+        self.register_buffer("seed", torch.randint(2**31, (), dtype=torch.long))
         self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+        self.register_buffer("projection", self._draw())  # (m, Dk)
 
     @classmethod
     def from_config(cls, cfg: ModelConfig) -> PerformerKernel:
@@ -260,8 +265,13 @@ class PerformerKernel(Kernel, nn.Module):
             return
         self.calls += 1
         if int(self.calls) % self.redraw_interval == 0:
-            fresh = orthogonal_features(self.num_features, self.d_k, device=self.projection.device)
-            self.projection = fresh.to(self.projection.dtype)  # a new tensor: no in-place edit
+            fresh = self._draw().to(self.projection.device, self.projection.dtype)
+            self.projection = fresh  # a new tensor: no in-place edit of one autograd saved
+
+    def _draw(self) -> Tensor:
+        """The directions for this seed and call count, (m, Dk) float32 on the CPU."""
+        generator = torch.Generator().manual_seed(int(self.seed) + int(self.calls))
+        return orthogonal_features(self.num_features, self.d_k, generator)
 
     def __call__(
         self,
