@@ -58,6 +58,9 @@ from torch import Tensor, nn
 
 from aiayn.nn.kernels import KERNELS, CacheKind, Kernel, expand_kv
 
+# the same form as linear attention: its helpers
+from aiayn.nn.kernels.linear import LinearAttentionKernel, _divide, _heads
+
 if TYPE_CHECKING:
     from aiayn.config import ModelConfig
 
@@ -94,11 +97,6 @@ def orthogonal_features(
     return (rows * lengths).to(device)
 
 
-def _heads(q: Tensor, x: Tensor) -> Tensor:
-    """(B, Hkv, L, D) -> (B, H, L, D): each key/value head serves H / Hkv query heads."""
-    return x.repeat_interleave(q.size(1) // x.size(1), dim=1) if x.size(1) != q.size(1) else x
-
-
 def _key_rows(mask: Tensor | None, s_len: int) -> Tensor | None:
     """A key-padding mask (B, 1, 1, S) as (B, 1, S, 1) bools (True = a real key), or None."""
     if mask is None:
@@ -108,12 +106,6 @@ def _key_rows(mask: Tensor | None, s_len: int) -> Tensor | None:
             f"performer attention takes a key mask (B, 1, 1, S={s_len}), got {tuple(mask.shape)}"
         )
     return mask[:, :, 0, :, None]
-
-
-def _divide(numerator: Tensor, normaliser: Tensor) -> Tensor:
-    """numerator / normaliser, with 0 where no key was seen (a fully padded row)."""
-    safe = torch.where(normaliser > 0, normaliser, torch.ones_like(normaliser))
-    return torch.where(normaliser > 0, numerator / safe, torch.zeros_like(numerator))
 
 
 def _key_offset(log_k: Tensor, keys: Tensor | None) -> Tensor:
@@ -307,7 +299,7 @@ class PerformerKernel(Kernel, nn.Module):
             sums = phi_k[:, :, :early].transpose(-2, -1) @ v[:, :, :early]  # (B, H, m, Dv)
             normaliser = phi_k[:, :, :early].sum(-2)  # (B, H, m)
             out, _, _ = causal_sums(phi_q, phi_k[:, :, early:], v[:, :, early:], sums, normaliser)
-        weights = self._weights(phi_q, phi_k, causal) if need_weights else None
+        weights = LinearAttentionKernel._weights(phi_q, phi_k, causal) if need_weights else None
         return out.to(q.dtype), weights
 
     def new_cache(self) -> PerformerState:
@@ -352,16 +344,6 @@ class PerformerKernel(Kernel, nn.Module):
         )
         cache.offset, cache.length = offset, cache.length + t_len
         return out.to(q.dtype), None
-
-    @staticmethod
-    def _weights(phi_q: Tensor, phi_k: Tensor, causal: bool) -> Tensor:
-        """The implicit weights phi(q_i) . phi(k_j) / sum_j', (B, H, T, S), for drawing."""
-        scores = phi_q @ phi_k.transpose(-2, -1)  # (B, H, T, S), >= 0; padded keys are 0
-        if causal:
-            t_len, s_len = scores.shape[-2:]
-            allowed = torch.ones(t_len, s_len, dtype=torch.bool, device=scores.device)
-            scores = scores * allowed.tril(diagonal=s_len - t_len)
-        return _divide(scores, scores.sum(-1, keepdim=True))
 
     @staticmethod
     def _check(bias: Tensor | None, dropout_p: float) -> None:
