@@ -11,6 +11,7 @@ import math
 
 import pytest
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 from aiayn import ModelConfig, build_model
 from aiayn.inference.decoding import new_cache
@@ -129,6 +130,18 @@ def test_the_state_sums_the_prefix_and_its_size_does_not_grow(monkeypatch):
         sizes.add(state.sums.shape)
     torch.testing.assert_close(torch.cat(steps, dim=2), attention(q, k, v, causal=True)[0])
     assert state.length == 7 and sizes == {(2, 4, 16, 3)}  # (B, H, m, Dv) throughout
+
+
+def test_the_causal_form_allocates_neither_t_squared_nor_t_m_dv():
+    """Chunks keep memory at about T (C + m Dv / C): no (T, T) scores, and no per-position
+    prefix sums of (m, Dv) (linear attention's T Dk Dv form would be 8 MiB here)."""
+    t_len, m, d_v = 2048, 64, 16
+    attention = PerformerKernel(8, m, None)
+    q, k, v = (x[:1, :1].float() for x in qkv(t_len=t_len, s_len=t_len, kv_heads=4, dk=8, dv=d_v))
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        attention(q, k, v, causal=True)
+    largest = max(event.cpu_memory_usage for event in prof.events())
+    assert 0 < largest < min(t_len * t_len, t_len * m * d_v) * 4 // 8
 
 
 def test_the_estimate_converges_to_softmax_attention_as_features_grow():
