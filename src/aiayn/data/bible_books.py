@@ -10,7 +10,9 @@ chapter's tail shorter than `min_bytes` is dropped. The label is the book, one o
 66 of the Protestant canon (`CANON`; deuterocanonical books are left out), or, as an
 easier task, its genre (`GENRES`: law, history, ... revelation, 9 classes).
 
-Passages are held out by chapter: `aiayn.data.bible.split_by_chapter` assigns whole
+The data set is a classification corpus (`aiayn.data.classification`) with a
+character-level tokenizer: one id per character (LRA reads bytes; the English text is
+nearly all ASCII, where the two agree). Passages are held out by chapter: `aiayn.data.bible.split_by_chapter` assigns whole
 chapters to training, validation or test, as the translation corpus does (here one
 chapter in 10 each for validation and test by default, since passages are few: a
 chapter gives one to a few), so no validation or test passage shares a chapter with a
@@ -36,7 +38,8 @@ from aiayn.data.bible import (
     read_module,
     split_by_chapter,
 )
-from aiayn.files import write_dir_atomic
+from aiayn.data.classification import write_classification_corpus
+from aiayn.files import lines_text, write_dir_atomic
 
 log = logging.getLogger(__name__)
 
@@ -211,9 +214,10 @@ def write_bible_books(
 ) -> dict[str, int]:
     """Cut the English Bible into labelled passages and write them into directory `out`.
 
-    Writes train.tsv, valid.tsv and test.tsv ("Source<TAB>Target<TAB>Where" header,
-    then a passage, its label and its verses per line) and `MANIFEST` (settings, sizes,
-    the label set), all at once (`aiayn.files.write_dir_atomic`).
+    Writes a classification corpus (`aiayn.data.classification`: each split's passages
+    and labels, a character-level sentencepiece model), each split's verses
+    ({split}.where: "Genesis 1:1-20" per line) and `MANIFEST` (settings, sizes, the
+    label set), all at once (`aiayn.files.write_dir_atomic`).
 
     Args:
         out: the directory.
@@ -236,10 +240,12 @@ def write_bible_books(
     classes = sorted({p.label for p in passages}, key=_label_order(cfg.labels))
 
     def fill(tmp: Path) -> None:
+        examples = {name: [(p.text, p.label) for p in rows] for name, rows in by_split.items()}
+        # characters: a few dozen in English, each its own piece (the vocabulary size is
+        # an upper bound for sentencepiece's character model)
+        write_classification_corpus(tmp, examples, classes, "char", 1024, seed=cfg.seed)
         for name, rows in by_split.items():
-            lines = ["Source\tTarget\tWhere"]
-            lines += [f"{p.text}\t{p.label}\t{p.where}" for p in rows]
-            (tmp / f"{name}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+            (tmp / f"{name}.where").write_text(lines_text(p.where for p in rows), "utf-8")
         settings = {**asdict(cfg), "labels": cfg.labels.value, "source": source.value}
         record = {"settings": settings, "sizes": sizes, "classes": classes}
         (tmp / MANIFEST).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")

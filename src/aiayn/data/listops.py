@@ -21,7 +21,8 @@ again. `write_listops` writes a data set from a seed, its split sizes scaled dow
 settings' data set is reused, not regenerated.
 
 Departure: LRA's files bracket every argument for a tree-structured model; ours are
-the flat token sequence (the same expression and label), one example per line.
+the flat token sequence (the same expression and label), one example per line, as a
+classification corpus (`aiayn.data.classification`) that `aiayn train` reads.
 """
 
 from __future__ import annotations
@@ -29,13 +30,13 @@ from __future__ import annotations
 import json
 import logging
 import random
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Union
 
 from tqdm.auto import tqdm
 
+from aiayn.data.classification import write_classification_corpus
 from aiayn.files import write_dir_atomic
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,9 @@ log = logging.getLogger(__name__)
 OPERATORS = ("MAX", "MIN", "MED", "SM")
 OFFICIAL_SPLITS = {"train": 96_000, "valid": 2_000, "test": 2_000}  # LRA's ListOps sizes
 MANIFEST = "listops.json"
+WORDS = (*(f"[{operator}" for operator in OPERATORS), "]", *"0123456789")
+CLASSES = tuple("0123456789")  # an expression's value
+SYMBOLS = tuple("\u2581" + word for word in WORDS)  # sentencepiece's word-initial pieces
 
 # A tree: a digit, or (operator, [arguments]).
 Tree = Union[int, tuple[str, list["Tree"]]]  # noqa: UP007 (a recursive alias)
@@ -156,29 +160,15 @@ def draw_examples(
     return examples
 
 
-def read_split(path: str | Path) -> list[tuple[str, int]]:
-    """A split file written by `write_listops`: (expression, value) per line.
-
-    Raises:
-        ValueError: a line that is not "expression<TAB>digit" (naming file and line).
-    """
-    examples = []
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    for number, line in enumerate(lines[1:], start=2):  # line 1: the header
-        text, _, label = line.rpartition("\t")
-        if not text or label not in {str(d) for d in range(10)}:
-            raise ValueError(f"{path}:{number}: expected 'expression<TAB>digit', got {line[:60]!r}")
-        examples.append((text, int(label)))
-    return examples
-
-
 def write_listops(out: str | Path, cfg: ListOpsConfig | None = None) -> Path:
     """Generate a ListOps data set into directory `out`, or reuse the one there.
 
-    Writes train.tsv, valid.tsv and test.tsv ("Source<TAB>Target" header, then one
-    expression and its value per line; no expression in two splits) and `MANIFEST`,
-    the settings and split sizes, all at once (`aiayn.files.write_dir_atomic`). A
-    directory whose manifest records the same settings is kept as it is.
+    Writes a classification corpus (`aiayn.data.classification`: each split's
+    expressions and values, no expression in two splits; a sentencepiece model with one
+    piece per ListOps token, so that an expression of n tokens is n ids) and
+    `MANIFEST`, the settings and split sizes, all at once
+    (`aiayn.files.write_dir_atomic`). A directory whose manifest records the same
+    settings is kept as it is.
 
     Args:
         out: the directory.
@@ -203,8 +193,10 @@ def write_listops(out: str | Path, cfg: ListOpsConfig | None = None) -> Path:
     splits = {name: draw_examples(rng, cfg, size, seen) for name, size in cfg.split_sizes().items()}
 
     def fill(tmp: Path) -> None:
-        for name, examples in splits.items():
-            _write_split(tmp / f"{name}.tsv", examples)
+        labelled = {name: [(t, str(v)) for t, v in rows] for name, rows in splits.items()}
+        write_classification_corpus(
+            tmp, labelled, CLASSES, "bpe", 4 + len(WORDS) + len(CLASSES), symbols=SYMBOLS
+        )  # the 4 specials, then one piece per word and per class: nothing else
         sizes = {name: len(examples) for name, examples in splits.items()}
         record = {"settings": settings, "sizes": sizes, "classes": 10}
         (tmp / MANIFEST).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
@@ -212,8 +204,3 @@ def write_listops(out: str | Path, cfg: ListOpsConfig | None = None) -> Path:
     write_dir_atomic(out, fill)
     log.info("wrote ListOps %s to %s", cfg.split_sizes(), out)
     return out
-
-
-def _write_split(path: Path, examples: Sequence[tuple[str, int]]) -> None:
-    lines = ["Source\tTarget"] + [f"{text}\t{label}" for text, label in examples]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")

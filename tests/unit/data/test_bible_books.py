@@ -18,6 +18,8 @@ from aiayn.data.bible_books import (
     cut_passages,
     write_bible_books,
 )
+from aiayn.data.classification import read_classes
+from aiayn.data.corpus import PreparedCorpus
 
 
 def verses():
@@ -76,19 +78,23 @@ def test_the_canon_and_its_genres():
     assert {book: GENRES[book] for book in expected} == expected
 
 
-def test_the_files_from_a_sword_module(sword_root, tmp_path):
+def test_the_corpus_from_a_sword_module(sword_root, tmp_path):
     cfg = PassageConfig(min_bytes=40, max_bytes=120, valid_every=10, test_offset=5)
     sizes = write_bible_books(tmp_path / "books", cfg, root=sword_root)
     manifest = json.loads((tmp_path / "books" / MANIFEST).read_text())
     assert manifest["sizes"] == sizes and sum(sizes.values()) > 20
-    assert manifest["classes"][0] == "Genesis"
+    corpus = PreparedCorpus.load(tmp_path / "books")
+    assert read_classes(corpus) == manifest["classes"] and manifest["classes"][0] == "Genesis"
+    tokenizer = corpus.tokenizer()
     for split, size in sizes.items():
-        lines = (tmp_path / "books" / f"{split}.tsv").read_text().splitlines()
-        assert lines[0] == "Source\tTarget\tWhere" and len(lines) == size + 1
-        for line in lines[1:]:
-            text, label, where = line.split("\t")
+        examples = corpus.read(split)
+        places = (tmp_path / "books" / f"{split}.where").read_text().splitlines()
+        assert len(examples) == len(places) == size
+        for (text, label), where in zip(examples, places, strict=True):
             assert where.startswith(label + " ")
             assert 40 <= len(text.encode("utf-8")) <= 120
+    text = corpus.read("train")[0][0]
+    assert len(tokenizer.encode(text)) == len(text) + 1  # a character each, and a word start
 
 
 @pytest.mark.parametrize(

@@ -10,13 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from aiayn.cli import app
-from aiayn.data.listops import (
-    MANIFEST,
-    ListOpsConfig,
-    draw_examples,
-    read_split,
-    write_listops,
-)
+from aiayn.data.classification import class_piece, read_classes
+from aiayn.data.corpus import PreparedCorpus
+from aiayn.data.listops import ListOpsConfig, draw_examples, write_listops
 
 
 def stack_evaluate(text: str) -> tuple[int, int, list[int]]:
@@ -76,26 +72,45 @@ def test_generated_examples_follow_lras_rules_and_carry_their_value():
     assert len({label for _, label in examples}) >= 6  # not one class
 
 
+def splits_of(directory):
+    corpus = PreparedCorpus.load(directory)
+    return {name: corpus.read(name) for name in ("train", "valid", "test")}
+
+
 def test_the_data_set_is_written_once_from_its_seed(tmp_path):
     cfg = ListOpsConfig(scale=0.0005, seed=7)  # 48 / 1 / 1 examples
     first = write_listops(tmp_path / "a", cfg)
-    splits = {name: read_split(first / f"{name}.tsv") for name in ("train", "valid", "test")}
+    splits = splits_of(first)
     assert {name: len(rows) for name, rows in splits.items()} == cfg.split_sizes()
     assert cfg.split_sizes() == {"train": 48, "valid": 1, "test": 1}
     texts = [text for rows in splits.values() for text, _ in rows]
     assert len(set(texts)) == len(texts)  # no expression in two splits
     for text, label in splits["train"]:
-        assert stack_evaluate(text)[0] == label
+        assert str(stack_evaluate(text)[0]) == label
+    names = sorted(path.name for path in first.iterdir())
+    assert "listops.json" in names and "spm.model" in names
     again = write_listops(tmp_path / "b", cfg)
-    for name in ("train.tsv", "valid.tsv", "test.tsv", MANIFEST):
-        assert (again / name).read_bytes() == (first / name).read_bytes()
+    for name in names:
+        assert (again / name).read_bytes() == (first / name).read_bytes(), name
     other = write_listops(tmp_path / "c", ListOpsConfig(scale=0.0005, seed=8))
-    assert (other / "train.tsv").read_bytes() != (first / "train.tsv").read_bytes()
+    assert (other / "train.text").read_bytes() != (first / "train.text").read_bytes()
 
-    stamp = (first / "train.tsv").stat().st_mtime_ns
+    stamp = (first / "train.text").stat().st_mtime_ns
     (first / "mine").write_text("kept")  # the directory is reused, not rewritten
     write_listops(first, cfg)
-    assert (first / "mine").exists() and (first / "train.tsv").stat().st_mtime_ns == stamp
+    assert (first / "mine").exists() and (first / "train.text").stat().st_mtime_ns == stamp
+
+
+def test_the_tokenizer_gives_one_id_per_token_and_one_piece_per_class(tmp_path):
+    corpus = PreparedCorpus.load(write_listops(tmp_path, ListOpsConfig(scale=0.0005)))
+    tokenizer = corpus.tokenizer()
+    assert read_classes(corpus) == list("0123456789")
+    text = corpus.read("train")[0][0]
+    assert tokenizer.pieces(text) == ["\u2581" + word for word in text.split()]
+    assert len(tokenizer.encode("[MAX 0 [MED 7 8 ] ]")) == 7
+    pieces = {tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)}
+    assert {class_piece(i) for i in range(10)} <= pieces
+    assert tokenizer.vocab_size == 4 + 15 + 10  # specials, words, classes: nothing else
 
 
 @pytest.mark.parametrize(
@@ -114,20 +129,13 @@ def test_bad_settings_are_refused_by_name(settings, named):
         ListOpsConfig(**settings)
 
 
-def test_a_damaged_split_is_refused_with_its_file_and_line(tmp_path):
-    path = tmp_path / "train.tsv"
-    path.write_text("Source\tTarget\n[MAX 1 2 ]\t2\n[MAX 1 2 ]\tx\n")
-    with pytest.raises(ValueError, match=r"train.tsv:3: expected"):
-        read_split(path)
-
-
 def test_the_command_writes_the_data_set_and_refuses_a_bad_scale_in_one_line(tmp_path):
     runner = CliRunner()
     out = tmp_path / "listops"
     done = runner.invoke(app, ["prepare", "listops", "--out", str(out), "--scale", "0.0005"])
     assert done.exit_code == 0, done.output
     assert "train 48, valid 1, test 1" in done.output
-    assert len(read_split(out / "train.tsv")) == 48
+    assert len(PreparedCorpus.load(out).read("train")) == 48
     bad = runner.invoke(app, ["prepare", "listops", "--out", str(tmp_path / "x"), "--scale", "2"])
     assert bad.exit_code == 1 and "Traceback" not in bad.output
     assert bad.output.strip().splitlines() == [
