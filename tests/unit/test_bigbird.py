@@ -21,10 +21,21 @@ def kernel(block_size=3, num_random_blocks=2, num_global_blocks=1, window_blocks
     return BigBirdKernel(block_size, num_random_blocks, num_global_blocks, window_blocks)
 
 
-def dense_mask(kernel, t_len):
-    """(T, T) bool: query i may attend key j. From the rules, with the kernel's random
-    blocks (only its draw is taken from it): query block I attends key block J iff J is
-    global, |I - J| <= w, J is one of I's random blocks, or I is global."""
+def dense_mask(kernel, t_len, real=None):
+    """(B, T, T) or (T, T) bool: query i may attend key j. From the rules, with the
+    kernel's random blocks (only its draw is taken from it): query block I attends key
+    block J iff J is global, |I - J| <= w, J is one of I's random blocks, or I is
+    global; each row's blocks are those up to its last real key (`real`, (B, T) bool)."""
+    if real is not None:
+        rows = []
+        for row in real:
+            own = int(row.nonzero().max()) + 1  # up to the last real key
+            b = kernel.block_size
+            covered = min(t_len, -(-own // b) * b)
+            allowed = torch.zeros(t_len, t_len, dtype=torch.bool)
+            allowed[:covered, :covered] = dense_mask(kernel, covered)
+            rows.append(allowed & row)
+        return torch.stack(rows)
     b, g, w = kernel.block_size, kernel.num_global_blocks, kernel.window_blocks
     n = -(-t_len // b)
     index, used = kernel.block_pattern(n)
@@ -72,8 +83,7 @@ def test_values_and_gradients_equal_dense_attention_with_the_same_pattern(t_len,
     for x in (q, k, v):
         x.requires_grad_(True)
     out, _ = attention(q, k, v, mask=real[:, None, None, :])
-    allowed = dense_mask(attention, t_len) & real[:, None, None, :]
-    expected, _ = reference(q, k, v, allowed)
+    expected, _ = reference(q, k, v, dense_mask(attention, t_len, real)[:, None])
     torch.testing.assert_close(out, expected)
     grad = torch.randn_like(out)
     got = torch.autograd.grad(out, (q, k, v), grad)
@@ -82,13 +92,23 @@ def test_values_and_gradients_equal_dense_attention_with_the_same_pattern(t_len,
         torch.testing.assert_close(a, b)
 
 
+def test_a_sequence_attends_the_same_keys_whatever_its_batch_is_padded_to():
+    attention = kernel()
+    q, k, v = qkv(t_len=30)
+    alone, _ = attention(q[:1, :, :13], k[:1, :, :13], v[:1, :, :13])  # 5 blocks of 3
+    real = torch.zeros(2, 30, dtype=torch.bool)
+    real[0, :13], real[1] = True, True  # batched with a row of 10 blocks
+    batched, _ = attention(q, k, v, mask=real[:, None, None, :])
+    torch.testing.assert_close(batched[:1, :, :13], alone)
+
+
 def test_the_weights_are_the_dense_patterns_weights():
     attention = kernel()
     q, k, v = qkv(t_len=20)
     real = torch.ones(2, 20, dtype=torch.bool)
     real[0, 17:] = False
     out, weights = attention(q, k, v, mask=real[:, None, None, :], need_weights=True)
-    expected, expected_weights = reference(q, k, v, dense_mask(attention, 20) & real[:, None, None])
+    expected, expected_weights = reference(q, k, v, dense_mask(attention, 20, real)[:, None])
     torch.testing.assert_close(weights, expected_weights)
     torch.testing.assert_close(out, expected)
 

@@ -20,7 +20,9 @@ queries are g b rows against all S keys: O(g b S), linear in S as well.
 The random blocks are fixed per layer: each kernel draws a seed when it is built (from
 torch's random state, so a seeded build gives the same model) and keeps it as a buffer,
 saved with the model; the pattern for n blocks is a function of that seed and n only
-(`block_pattern`), so a reloaded model attends the same keys, at every length.
+(`block_pattern`), so a reloaded model attends the same keys, at every length. Each
+batch row takes the pattern of its own length (up to its last real key), not of the
+padded batch's, so that a sequence attends the same keys whatever it is batched with.
 
 Shape legend: B batch, H query heads, Hkv key/value heads, T queries = S keys,
 Dk query/key head size, Dv value head size, b block size, n blocks, K key blocks per
@@ -149,6 +151,21 @@ class BigBirdKernel(Kernel, nn.Module):
             used[i, len(slots) : len(slots) + len(drawn)] = True
         return index, used
 
+    def _row_patterns(self, key_mask: Tensor, n: int) -> tuple[Tensor, Tensor]:
+        """Each batch row's pattern, (B, n, K) block indices and used slots: the pattern of
+        its own length (up to its last real key), so that a sequence attends the same
+        keys whatever its batch is padded to; query blocks past that are unused."""
+        b, batch = self.block_size, key_mask.size(0)
+        positions = torch.arange(1, key_mask.size(1) + 1, device=key_mask.device)
+        ends = (key_mask * positions).amax(dim=1)  # (B,): one past the last real key
+        blocks = [max(1, math.ceil(end / b)) for end in ends.tolist()]
+        slots = self.num_global_blocks + 2 * self.window_blocks + 1 + self.num_random_blocks
+        index = torch.zeros(batch, n, slots, dtype=torch.long)
+        used = torch.zeros(batch, n, slots, dtype=torch.bool)
+        for row, own in enumerate(blocks):
+            index[row, :own], used[row, :own] = self.block_pattern(own)
+        return index.to(key_mask.device), used.to(key_mask.device)
+
     def __call__(
         self,
         q: Tensor,
@@ -169,19 +186,23 @@ class BigBirdKernel(Kernel, nn.Module):
         key_mask = torch.ones(batch, t_len, dtype=torch.bool, device=q.device)
         if mask is not None:
             key_mask = mask[:, 0, 0, :].expand(batch, t_len)
-        index, used = (x.to(q.device) for x in self.block_pattern(n))
-        slots = index.size(1)
+        index, used = self._row_patterns(key_mask, n)  # (B, n, K) each
+        slots = index.size(-1)
+        rows_of = torch.arange(batch, device=q.device)[:, None, None]  # (B, 1, 1)
 
-        # (B, Hkv, n b, D) -> (B, Hkv, n, b, D) -> each query block's K key blocks
-        key_blocks = F.pad(k, (0, 0, 0, pad)).view(batch, n_kv_heads, n, b, d_k)[:, :, index]
-        value_blocks = F.pad(v, (0, 0, 0, pad)).view(batch, n_kv_heads, n, b, d_v)[:, :, index]
-        allowed = F.pad(key_mask, (0, pad)).view(batch, n, b)[:, index]  # (B, n, K, b)
-        allowed = allowed & used[:, :, None]
+        # (B, Hkv, n b, D) -> (B, Hkv, n, b, D) -> each row's query blocks' K key blocks,
+        # (B, n, K, Hkv, b, D) (advanced indices first)
+        key_blocks = F.pad(k, (0, 0, 0, pad)).view(batch, n_kv_heads, n, b, d_k)
+        key_blocks = key_blocks[rows_of, :, index].transpose(2, 3)  # (B, n, Hkv, K, b, Dk)
+        value_blocks = F.pad(v, (0, 0, 0, pad)).view(batch, n_kv_heads, n, b, d_v)
+        value_blocks = value_blocks[rows_of, :, index].transpose(2, 3)  # (B, n, Hkv, K, b, Dv)
+        allowed = F.pad(key_mask, (0, pad)).view(batch, n, b)[rows_of, index]  # (B, n, K, b)
+        allowed = allowed & used[..., None]
         rows = F.pad(q, (0, 0, 0, pad)).view(batch, n_heads, n, b, d_k).transpose(1, 2)
         out, weights = attend(
             rows.reshape(batch * n, n_heads, b, d_k),  # (B n, H, b, Dk)
-            key_blocks.permute(0, 2, 1, 3, 4, 5).reshape(batch * n, n_kv_heads, slots * b, d_k),
-            value_blocks.permute(0, 2, 1, 3, 4, 5).reshape(batch * n, n_kv_heads, slots * b, d_v),
+            key_blocks.reshape(batch * n, n_kv_heads, slots * b, d_k),
+            value_blocks.reshape(batch * n, n_kv_heads, slots * b, d_v),
             allowed.reshape(batch * n, 1, 1, slots * b),
             dropout_p=dropout_p,
             need_weights=need_weights,
@@ -203,10 +224,10 @@ class BigBirdKernel(Kernel, nn.Module):
     ) -> Tensor:
         """The blocks' weights, (B n, H, b, K b), placed in a (B, H, T, S) matrix, for
         drawing (the only O(T S) thing here; unused slots hold 0)."""
-        b, slots = self.block_size, index.size(1)
+        b, slots = self.block_size, index.size(-1)
         weights = weights.view(batch, n, n_heads, b, slots, b).permute(0, 2, 1, 3, 4, 5)
         dense = weights.new_zeros(batch, n_heads, n, b, n, b)
-        where = index[None, None, :, None, :, None].expand_as(weights)
+        where = index[:, None, :, None, :, None].expand_as(weights)  # index: (B, n, K)
         dense.scatter_add_(4, where, weights)  # (B, H, n, b, n, b)
         return dense.view(batch, n_heads, n * b, n * b)[:, :, :t_len, :t_len]
 
