@@ -1,6 +1,6 @@
-"""One attention layer: time and peak memory of SDPA, the explicit path and a sliding window.
+"""One attention layer: time and peak memory of SDPA, the explicit path and the efficient kernels.
 
-    python -m benchmarks.bench_attention [--quick] [--only attend|sliding]
+    python -m benchmarks.bench_attention [--quick] [--only attend|sliding|efficient]
 
 Two tables, on the CPU and on CUDA when there is one, forward only (inference)
 unless said otherwise.
@@ -18,6 +18,15 @@ fastest, attending every key). The systems take turns, one call each, so that th
 see the same machine load. Forward and forward + backward times; the peak is the
 forward's. A dense row is skipped when its mask would exceed --max-gib or when the
 previous length's time, grown quadratically, says it would take over --max-seconds.
+
+`efficient`: every registered kind of attention built as a model builds it (d_model
+256, 4 heads of 64, batch 1, a padding mask): sdpa, sliding_window, bigbird, linear
+and performer, forward + backward (bidirectional) at L = 1k ... 64k, time and peak
+memory, taking turns; a kernel whose time, grown quadratically from the previous
+length, would pass --max-seconds is skipped. Then, for the kernels with a causal form,
+one decoding step at position 1k and 16k (the store filled first): its time and the
+memory its store holds (keys and values, or a recurrent state). The first length at
+which each kernel's training pass beats SDPA's is printed and saved ("crossover").
 
 CPU peak memory is measured with torch's profiler (allocations made during the
 call); CUDA's with `max_memory_allocated`. Results are merged into
@@ -259,6 +268,212 @@ def attend_table(args, lengths: list[int], devices: list[str]) -> tuple[list[dic
     return records, common.table(headers, rows)
 
 
+# ----- efficient kernels -------------------------------------------------------------
+
+# (kernel, its attention_options): each one built through the registry, as a model would
+EFFICIENT_KERNELS = ("sdpa", "sliding_window", "bigbird", "linear", "performer")
+CAUSAL_KERNELS = ("sdpa", "sliding_window", "linear", "performer")  # bigbird has no causal form
+EFFICIENT_D_MODEL, EFFICIENT_HEADS = 256, 4
+
+
+def efficient_kernel(name: str, args):
+    """The registered kernel `name` of a d_model 256, 4-head model, with this run's options."""
+    from aiayn.config import ModelConfig
+    from aiayn.nn.kernels import build_kernel
+
+    options = {
+        "performer": {"num_features": args.num_features},
+        "bigbird": {"block_size": args.block_size, "num_random_blocks": args.random_blocks},
+    }.get(name, {})
+    cfg = ModelConfig(
+        vocab_size=8,
+        d_model=EFFICIENT_D_MODEL,
+        n_heads=EFFICIENT_HEADS,
+        attention=name,
+        attention_options=options,
+        attention_window=args.window,
+        global_tokens=args.n_global,
+    )
+    kernel = build_kernel(cfg)
+    return kernel.eval() if hasattr(kernel, "eval") else kernel  # no redraws while timed
+
+
+def store_bytes(store) -> int:
+    """Memory a decoding store holds: the distinct storages of its tensors (a growing
+    `LayerKV` keeps buffers with room to grow; a recurrent state its sums)."""
+    import torch
+
+    seen, total = set(), 0
+    for value in vars(store).values():
+        tensors = value if isinstance(value, list | tuple) else [value]
+        for tensor in tensors:
+            if isinstance(tensor, torch.Tensor):
+                storage = tensor.untyped_storage()
+                if storage.data_ptr() not in seen:
+                    seen.add(storage.data_ptr())
+                    total += storage.nbytes()
+    return total
+
+
+def measure_efficient(device: str, length: int, args, estimates: dict) -> dict:
+    """Forward + backward time and its peak memory of each kernel, bidirectional, with a
+    padding mask; a kernel whose expected time passes --max-seconds is skipped."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    head = EFFICIENT_D_MODEL // EFFICIENT_HEADS
+    shape = (1, EFFICIENT_HEADS, length, head)
+    q, k, v = (torch.randn(shape, generator=generator).to(device) for _ in range(3))
+    mask = torch.ones(1, 1, 1, length, dtype=torch.bool, device=device)
+    mask[..., length - length // 8 :] = False  # some padding
+    kernels = {name: efficient_kernel(name, args) for name in EFFICIENT_KERNELS}
+    for kernel in kernels.values():
+        if hasattr(kernel, "to"):
+            kernel.to(device)
+    trainable = [t.clone().requires_grad_() for t in (q, k, v)]
+
+    def train(name):
+        out, _ = kernels[name](*trainable, mask)
+        out.sum().backward()
+        for t in trainable:
+            t.grad = None
+
+    record, skipped, runs = dict(device=device, length=length), {}, []
+    for name in EFFICIENT_KERNELS:
+        expected = estimates.get(name)
+        if expected is not None and expected > args.max_seconds:
+            skipped[name] = f"~{expected:.0f} s a call expected > --max-seconds"
+        else:
+            runs.append(name)
+    times = {name: [] for name in runs}
+    for _ in range(args.repeats + 1):  # the first round warms up
+        for name in runs:
+            start = time.perf_counter()
+            train(name)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            times[name].append(time.perf_counter() - start)
+    for name in EFFICIENT_KERNELS:
+        ran = name in times
+        record[f"{name}_train_ms"] = 1000 * common.median(times[name][1:]) if ran else None
+        peak = peak_bytes(device, lambda n=name: train(n)) if ran else None
+        record[f"{name}_train_peak_mib"] = None if peak is None else peak / 2**20
+    record["skipped"] = skipped
+    return record
+
+
+def measure_decoding(device: str, position: int, args) -> dict:
+    """One causal decoding step at `position` (batch 1): its time and the memory of the
+    store it reads, for each causal kernel. The store is filled a chunk at a time."""
+    import torch
+
+    from aiayn.inference.kv_cache import self_attention_store
+
+    head = EFFICIENT_D_MODEL // EFFICIENT_HEADS
+    generator = torch.Generator().manual_seed(0)
+
+    def random(length):
+        shape = (1, EFFICIENT_HEADS, length, head)
+        return [torch.randn(shape, generator=generator).to(device) for _ in range(3)]
+
+    record = dict(device=device, position=position)
+    with torch.inference_mode():
+        for name in CAUSAL_KERNELS:
+            kernel = efficient_kernel(name, args)
+            if hasattr(kernel, "to"):
+                kernel.to(device)
+            store = self_attention_store(kernel)
+            for start in range(0, position, 1024):
+                q, k, v = random(min(1024, position - start))
+                kernel.attend_cached(q, k, v, store, causal=True)
+            steps = [random(1) for _ in range(args.repeats + 1)]
+            times = []
+            for q, k, v in steps:
+                begin = time.perf_counter()
+                kernel.attend_cached(q, k, v, store, causal=True)
+                if device == "cuda":
+                    torch.cuda.synchronize()
+                times.append(time.perf_counter() - begin)
+            record[f"{name}_step_ms"] = 1000 * common.median(times[1:])
+            record[f"{name}_cache_mib"] = store_bytes(store) / 2**20
+    return record
+
+
+def crossovers(records: list[dict]) -> dict[str, int | None]:
+    """Per kernel, the shortest length from which its forward + backward beats SDPA's
+    (None: not within the lengths run, or SDPA skipped before it)."""
+    found = {}
+    for name in EFFICIENT_KERNELS[1:]:
+        found[name] = None
+        for record in sorted(records, key=lambda r: r["length"]):
+            mine, sdpa = record[f"{name}_train_ms"], record["sdpa_train_ms"]
+            if mine is not None and (sdpa is None or mine < sdpa):
+                found[name] = record["length"]
+                break
+    return found
+
+
+def efficient_table(args, devices: list[str]) -> tuple[dict, str]:
+    """Run the efficient-kernels tables (training pass by length, decoding step by
+    position); return their records and markdown."""
+    records, decoding, rows, decode_rows = [], [], [], []
+    for device in devices:
+        estimates: dict = {}
+        for i, length in enumerate(args.efficient_lengths):
+            record = measure_efficient(device, length, args, estimates)
+            records.append(record)
+            following = args.efficient_lengths[i + 1 : i + 2]
+            growth = (following[0] / length) ** 2 if following else 0.0  # quadratic: safe side
+            for name in EFFICIENT_KERNELS:
+                measured = record[f"{name}_train_ms"]
+                if measured is not None:
+                    estimates[name] = measured / 1000 * growth
+                elif name in estimates:
+                    estimates[name] *= growth
+            rows.append(
+                [device, length]
+                + [
+                    "skipped" if record[key] is None else record[key]
+                    for name in EFFICIENT_KERNELS
+                    for key in (f"{name}_train_ms", f"{name}_train_peak_mib")
+                ]
+            )
+            for name, reason in record["skipped"].items():
+                print(f"{device} {length}: {name} skipped: {reason}", file=sys.stderr)
+        for position in args.decode_positions:
+            record = measure_decoding(device, position, args)
+            decoding.append(record)
+            decode_rows.append(
+                [device, position]
+                + [
+                    record[f"{name}_{key}"]
+                    for name in CAUSAL_KERNELS
+                    for key in ("step_ms", "cache_mib")
+                ]
+            )
+    found = {
+        device: crossovers([r for r in records if r["device"] == device]) for device in devices
+    }
+    headers = ["device", "length"]
+    for name in EFFICIENT_KERNELS:
+        headers += [f"{name} fwd+bwd ms", f"{name} peak MiB"]
+    decode_headers = ["device", "position"]
+    for name in CAUSAL_KERNELS:
+        decode_headers += [f"{name} step ms", f"{name} cache MiB"]
+    crossing = "; ".join(
+        f"{device}: " + ", ".join(f"{name} {length or 'none'}" for name, length in kernels.items())
+        for device, kernels in found.items()
+    )
+    markdown = (
+        common.table(headers, rows)
+        + "\n\nFirst length at which a kernel's fwd+bwd beats SDPA's: "
+        + crossing
+        + "\n\n"
+        + common.table(decode_headers, decode_rows)
+    )
+    return dict(results=records, decoding=decoding, crossover=found), markdown
+
+
 def previous_results() -> dict:
     """The saved results/attention.json ({} if none), to keep the table not run now."""
     path = common.RESULTS / "attention.json"
@@ -279,25 +494,38 @@ def main() -> None:
     parser.add_argument(
         "--max-seconds", type=float, default=20.0, help="sliding table: skip slower dense calls"
     )
+    parser.add_argument("--efficient-lengths", default="1024,4096,16384,65536")
+    parser.add_argument("--decode-positions", default="1024,16384")
+    parser.add_argument("--num-features", type=int, default=256, help="performer's m")
+    parser.add_argument("--block-size", type=int, default=64, help="bigbird's block")
+    parser.add_argument("--random-blocks", type=int, default=3, help="bigbird's r")
     parser.add_argument(
-        "--only", choices=("attend", "sliding"), help="one table; the other's saved rows stay"
+        "--only",
+        choices=("attend", "sliding", "efficient"),
+        help="one table; the others' saved rows stay",
     )
     parser.add_argument(
-        "--quick", action="store_true", help="lengths up to 2048 (sliding 16384), 3 repeats"
+        "--quick",
+        action="store_true",
+        help="lengths up to 2048 (sliding 16384, efficient 4096, decoding 1024), 3 repeats",
     )
     args = parser.parse_args()
     lengths = [int(n) for n in args.lengths.split(",")]
     args.sliding_lengths = sorted(int(n) for n in args.sliding_lengths.split(","))
+    args.efficient_lengths = sorted(int(n) for n in args.efficient_lengths.split(","))
+    args.decode_positions = sorted(int(n) for n in args.decode_positions.split(","))
     if args.quick:
         lengths, args.repeats = [n for n in lengths if n <= 2048], 3
         args.sliding_lengths = [n for n in args.sliding_lengths if n <= 16384]
+        args.efficient_lengths = [n for n in args.efficient_lengths if n <= 4096]
+        args.decode_positions = [n for n in args.decode_positions if n <= 1024]
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
     where = common.machine() + (
         f"; {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""
     )
     saved_args = {k: str(v) for k, v in vars(args).items()}
     payload = previous_results()
-    if args.only != "sliding":
+    if args.only in (None, "attend"):
         records, table = attend_table(args, lengths, devices)
         print(
             f"\nOne attention call, batch 1, 8 heads of 64, padding mask, inference, "
@@ -307,7 +535,7 @@ def main() -> None:
         for stale in common.provenance():  # write_json records the new rows' own
             payload.pop(stale, None)
         payload.update(args=saved_args, results=records)
-    if args.only != "attend":
+    if args.only in (None, "sliding"):
         common.set_threads(args.threads)
         records, table = sliding_table(args, devices)
         print(
@@ -322,6 +550,20 @@ def main() -> None:
             "args": saved_args,
             "results": records,
         }
+    if args.only in (None, "efficient"):
+        common.set_threads(args.threads)
+        found, table = efficient_table(args, devices)
+        print(
+            f"\nEfficient kernels, one attention layer (d_model {EFFICIENT_D_MODEL}, "
+            f"{EFFICIENT_HEADS} heads), batch 1, padding mask, bidirectional forward + backward; "
+            f"then one causal decoding step at a position, with its store's memory; sliding "
+            f"window {args.window} + {args.n_global} global, bigbird blocks of "
+            f"{args.block_size} with {args.random_blocks} random, performer "
+            f"{args.num_features} features; {args.threads} threads, median of {args.repeats}; "
+            f"{where}\n"
+        )
+        print(table)
+        payload["efficient"] = {**common.provenance(), "args": saved_args, **found}
     path = common.write_json("attention", payload)
     print(f"\nwritten {path}")
 

@@ -1292,6 +1292,45 @@ def train_profile(name: str = "train-profile") -> str:
     return text + "\n\n" + source(name, data)
 
 
+def efficient_attention() -> str:
+    """bench_attention --only efficient: each kernel's training pass by length, the
+    crossover against SDPA, and the causal kernels' decoding step by position."""
+    data = load("attention")["efficient"]
+    kernels = ("sdpa", "sliding_window", "bigbird", "linear", "performer")
+    causal = ("sdpa", "sliding_window", "linear", "performer")
+
+    def cell(value: float | None) -> str:
+        return "skipped" if value is None else number(value)
+
+    rows = [
+        [r["device"], f"{r['length']:,}"]
+        + [cell(r[f"{k}_train{field}"]) for k in kernels for field in ("_ms", "_peak_mib")]
+        for r in data["results"]
+    ]
+    headers = ["device", "length"]
+    headers += [f"{k} {what}" for k in kernels for what in ("fwd+bwd ms", "peak MiB")]
+    crossing = "; ".join(
+        f"{device}: "
+        + ", ".join(f"{k} {'none' if n is None else f'{n:,}'}" for k, n in found.items())
+        for device, found in data["crossover"].items()
+    )
+    decode_rows = [
+        [r["device"], f"{r['position']:,}"]
+        + [number(r[f"{k}_{field}"]) for k in causal for field in ("step_ms", "cache_mib")]
+        for r in data["decoding"]
+    ]
+    decode_headers = ["device", "position"]
+    decode_headers += [f"{k} {what}" for k in causal for what in ("step ms", "cache MiB")]
+    return "\n\n".join(
+        [
+            table(headers, rows),
+            f"First length at which a kernel's forward + backward beats SDPA's: {crossing}.",
+            table(decode_headers, decode_rows),
+            source("attention", data, record="efficient"),
+        ]
+    )
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "goals": goals,
     "train": train,
@@ -1304,6 +1343,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "kernels": kernels,
     "attention": attention,
     "sliding-window": sliding_window,
+    "efficient-attention": efficient_attention,
     "positions-extrapolation": positions_extrapolation,
     "positions-bible": positions_bible,
     "pruning": pruning,
@@ -1344,6 +1384,7 @@ WHEN = {
     "alignment": lambda: (RESULTS / "alignment.json").exists(),
     "memory": lambda: (RESULTS / "memory.json").exists(),
     "int8-kernels": lambda: (RESULTS / "int8-kernels.json").exists(),
+    "efficient-attention": lambda: "efficient" in load("attention"),
     "train-profile-bf16": lambda: (RESULTS / "train-profile-bf16.json").exists(),
 }
 

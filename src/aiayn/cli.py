@@ -253,6 +253,64 @@ def prepare_hf_command(
     _run_prepare(lambda: prepare_hf(name, out, src_lang, tgt_lang, config_name, config), out)
 
 
+@prepare_app.command("listops")
+def prepare_listops_command(
+    out: str = _OUT,
+    scale: float = typer.Option(
+        0.05, help="Fraction of LRA's 96,000 / 2,000 / 2,000 split sizes, in (0, 1]."
+    ),
+    seed: int = typer.Option(0, help="Seed of the expressions drawn."),
+):
+    """Long Range Arena's ListOps, generated offline with its rules (aiayn.data.listops);
+    a directory already holding the same settings' data set is kept."""
+    import logging
+
+    from aiayn.data.listops import ListOpsConfig, write_listops
+    from aiayn.files import check_output
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        config = ListOpsConfig(scale=scale, seed=seed)
+        check_output(out, "--out", directory=True)
+        write_listops(out, config)
+    except (OSError, ValueError) as err:
+        raise _fail(err) from None
+    sizes = ", ".join(f"{name} {size:,}" for name, size in config.split_sizes().items())
+    typer.echo(f"wrote {out} ({sizes} expressions)")
+
+
+@prepare_app.command("bible-books")
+def prepare_bible_books_command(
+    out: str = _OUT,
+    labels: str = typer.Option("book", help="book (66 classes) or genre (9)."),
+    src: str = typer.Option(
+        "web", callback=_utf8, help="English text: web (World English Bible) or kjv."
+    ),
+    seed: int = typer.Option(0, help="Seed of the passage lengths."),
+):
+    """Byte-level classification: which book of the Bible a 1-4 KB passage comes from,
+    held out by chapter (aiayn.data.bible_books)."""
+    import logging
+
+    from aiayn.data.bible import EnglishSource
+    from aiayn.data.bible_books import PassageConfig, write_bible_books
+    from aiayn.files import check_output
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        english = EnglishSource(src.lower())
+    except ValueError:
+        raise _fail(ValueError(f"--src must be web or kjv, got {src!r}")) from None
+    try:
+        config = PassageConfig(labels=labels.lower(), seed=seed)
+        check_output(out, "--out", directory=True)
+        sizes = write_bible_books(out, config, english)
+    except (OSError, ValueError) as err:
+        raise _fail(err) from None
+    counts = ", ".join(f"{name} {size:,}" for name, size in sizes.items())
+    typer.echo(f"wrote {out} ({counts} passages)")
+
+
 prepare_lm_app = typer.Typer(
     help="Build a monolingual corpus (GPT / BERT training): one language, documents "
     "one per line, a subword model with [CLS], [SEP] and [MASK].",

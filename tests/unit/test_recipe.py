@@ -15,7 +15,7 @@ def test_the_task_defaults_to_translation_and_must_be_registered():
     assert recipe.task == "translation" and recipe.to_dict()["data"]["task"] == "translation"
     assert recipe_from_dict(VALUES, ["data.task=translation"]).task == "translation"
     assert recipe_from_dict(VALUES, ["data.task=lm"]).task == "lm"
-    known = "lm, lm_translation, mlm, translation"
+    known = "classify, lm, lm_translation, mlm, translation"
     with pytest.raises(ValueError, match=rf"data\.task must be one of {known}, got 'gan'"):
         recipe_from_dict(VALUES, ["data.task=gan"])
 

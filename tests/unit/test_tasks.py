@@ -77,7 +77,7 @@ def test_bleu_at_validation_scores_the_detokenized_greedy_outputs():
 def test_the_registry_builds_tasks_by_name_and_names_the_known_ones():
     assert isinstance(build_task("translation", CFG), TranslationTask)
     assert TASKS.get("translation") is TranslationTask
-    known = "lm, lm_translation, mlm, translation"
+    known = "classify, lm, lm_translation, mlm, translation"
     with pytest.raises(
         ValueError, match=rf"unknown training task 'gan' \(data\.task\); registered: {known}"
     ):

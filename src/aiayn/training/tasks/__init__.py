@@ -9,6 +9,7 @@ methods of `Task`, decorated `@register_task`; no list names it:
     lm               next-token language modelling (decoder-only, GPT)
     mlm              masked language modelling (encoder-only, BERT)
     lm_translation   translation as a language model over "source <sep> target"
+    classify         sequence classification (an encoder with a mean-pooled head)
 """
 
 from __future__ import annotations
