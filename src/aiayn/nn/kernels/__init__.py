@@ -2,7 +2,10 @@
 
     sdpa            PyTorch's fused scaled_dot_product_attention (`aiayn.nn.attention.attend`)
     explicit        the formula written out; it always has the weights
-    sliding_window  local window + global tokens, linear in length (Longformer / BigBird)
+    sliding_window  local window + global tokens, linear in length (Longformer)
+    linear          elu(x) + 1 feature maps, a recurrent state when decoding (Katharopoulos 2020)
+    performer       FAVOR+ positive orthogonal random features (Choromanski et al. 2021)
+    bigbird         block-sparse: sliding, global and random blocks (Zaheer et al. 2020)
 
 `MultiHeadAttention` owns the projections; the kernel is the math between them, chosen
 once when the model is built (`build_kernel(cfg)`), never inside `forward`. A kernel
