@@ -245,3 +245,21 @@ def test_it_is_registered_and_refuses_bad_options_by_name():
         kernel()(*qkv(), bias=torch.zeros(4, 5, 5))
     with pytest.raises(ValueError, match="attention_dropout"):
         kernel()(*qkv(), dropout_p=0.1)
+
+
+def test_a_module_kernel_assigned_later_replaces_the_old_one_and_is_saved():
+    """`attn.kernel = X` takes effect for a module kernel too, and its buffers are the
+    attention module's (its state dict); a plain kernel after it leaves none behind."""
+    from aiayn.nn.attention import MultiHeadAttention
+    from aiayn.nn.kernels.performer import PerformerKernel
+    from aiayn.nn.kernels.sdpa import SdpaKernel
+
+    attention = MultiHeadAttention(16, 2, dropout=0.0)
+    performer = PerformerKernel(d_k=8, num_features=4)
+    attention.kernel = performer
+    assert attention.kernel is performer
+    assert any(key.startswith("kernel.") for key in attention.state_dict())
+    assert not any(key.startswith("_kernel") for key in attention.state_dict())
+    attention.kernel = SdpaKernel()
+    assert isinstance(attention.kernel, SdpaKernel)
+    assert not any(key.startswith("kernel.") for key in attention.state_dict())

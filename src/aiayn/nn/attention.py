@@ -157,12 +157,26 @@ class MultiHeadAttention(nn.Module):
     @property
     def kernel(self) -> Kernel:
         """The attention math between the projections (`aiayn.nn.kernels.Kernel`)."""
-        return self._kernel
+        return self.__dict__["_kernel"]
 
     @kernel.setter
     def kernel(self, kernel: Kernel | AttentionFunction) -> None:
         # a plain function of `attend`'s signature is wrapped, when built or assigned later
-        self._kernel = kernel if isinstance(kernel, Kernel) else FunctionKernel(kernel)
+        kernel = kernel if isinstance(kernel, Kernel) else FunctionKernel(kernel)
+        # A kernel that is also a module (Performer's features, BigBird's seed) is this
+        # module's submodule "kernel": its buffers move and are saved with the model.
+        # Kept outside nn.Module's own attribute handling, so that it is registered once.
+        if isinstance(kernel, nn.Module):
+            self._modules["kernel"] = kernel
+        else:
+            self._modules.pop("kernel", None)
+        self.__dict__["_kernel"] = kernel
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "kernel":  # nn.Module would take a module value before the setter ran
+            type(self).kernel.fset(self, value)
+        else:
+            super().__setattr__(name, value)
 
     def forward(
         self,
