@@ -769,23 +769,63 @@ def export_hf(
     return out
 
 
-def _ct2_converter(directory: Path, bos_piece: str) -> Any:
-    """CTranslate2's `TransformersConverter` for an exported directory, its spec corrected
-    where a loader assumes a convention of the original checkpoints that an aiayn export
-    does not follow: Marian's and Pegasus's loaders start the decoder from pad (Marian's
-    from a zero vector), where an aiayn model starts from its bos token (the export's
-    decoder_start_token_id)."""
+def _ct2_converter(directory: Path, target: str) -> Any:
+    """CTranslate2's `TransformersConverter` for an exported directory, with its own
+    loaders corrected where they assume a convention of the original checkpoints
+    that an aiayn export does not follow:
+
+    - Marian's loader drops the last row of the vocabulary (opus-mt's pad, which
+      `transformers` appends) and starts the decoder from a zero vector (opus-mt's pad
+      embedding); Pegasus's starts it from pad. An aiayn model's vocabulary is whole and
+      its decoder starts from bos, the export's decoder_start_token_id.
+    """
+    import transformers
     from ctranslate2.converters import TransformersConverter
+    from ctranslate2.converters.transformers import (
+        BartLoader,
+        GPT2Loader,
+        MarianMTLoader,
+        PegasusLoader,
+    )
+
+    def decoder_start(config: Any, model: Any, tokenizer: Any) -> None:
+        BartLoader.set_config(None, config, model, tokenizer)
+        bos = model.config.bos_token_id  # a Marian tokenizer names no bos token
+        config.bos_token = tokenizer.convert_ids_to_tokens(bos)
+
+    class Marian(MarianMTLoader):
+        def get_model_spec(self, model: Any) -> Any:
+            model.config.normalize_before = False
+            model.config.normalize_embedding = False
+            return BartLoader.get_model_spec(self, model)  # the whole vocabulary
+
+        def set_config(self, config: Any, model: Any, tokenizer: Any) -> None:
+            decoder_start(config, model, tokenizer)
+
+        def set_decoder(self, spec: Any, decoder: Any) -> None:
+            BartLoader.set_decoder(self, spec, decoder)  # from the bos embedding
+
+        def get_vocabulary(self, model: Any, tokenizer: Any) -> list[str]:
+            return BartLoader.get_vocabulary(self, model, tokenizer)
+
+    class Pegasus(PegasusLoader):
+        def get_model_spec(self, model: Any) -> Any:
+            model.config.normalize_before = True
+            model.config.normalize_embedding = False
+            return super().get_model_spec(model)
+
+        def set_config(self, config: Any, model: Any, tokenizer: Any) -> None:
+            decoder_start(config, model, tokenizer)
+
+    loader = {MARIAN: Marian, PEGASUS: Pegasus, GPT2: GPT2Loader}[target]()
 
     class Converter(TransformersConverter):
         def _load(self) -> Any:
-            spec = super()._load()
-            decoder = getattr(spec, "decoder", None)
-            if hasattr(decoder, "start_from_zero_embedding"):
-                decoder.start_from_zero_embedding = False
-            if hasattr(spec.config, "decoder_start_token"):
-                spec.config.decoder_start_token = bos_piece
-            return spec
+            with torch.no_grad():
+                model_class = getattr(transformers, loader.architecture_name)
+                model = model_class.from_pretrained(str(directory)).eval()
+                tokenizer = transformers.AutoTokenizer.from_pretrained(str(directory))
+                return loader(model, tokenizer)
 
     return Converter(str(directory))
 
@@ -838,7 +878,6 @@ def export_ctranslate2(
     out = Path(out)
     check_output(out, "OUT", directory=True)
     check_fresh_output(out, "OUT", source, force)
-    bos_piece = SentencePieceTokenizer.load(spm_path).id_to_piece(model.cfg.bos_id)
     with tempfile.TemporaryDirectory(prefix="aiayn-export-") as tmp:
         hf_dir = Path(tmp) / "hf"
         export_hf(model, hf_dir, spm=spm_path, generation=generation)
@@ -847,7 +886,7 @@ def export_ctranslate2(
             write_atomic(hf_dir / "README.md", card)
 
         def fill(tmp_out: Path) -> None:
-            converter = _ct2_converter(hf_dir, bos_piece)
+            converter = _ct2_converter(hf_dir, target)
             converter.convert(str(tmp_out), quantization=quantization, force=True)
             for path in hf_dir.iterdir():
                 if path.name not in (WEIGHTS, "config.json") and not (tmp_out / path.name).exists():
