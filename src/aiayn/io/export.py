@@ -522,6 +522,11 @@ def _fast_tokenizer_files(
             f"exporting to Hugging Face needs transformers and protobuf ({err.name} is "
             "missing): pip install 'aiayn[test]'"
         ) from None
+    if not hasattr(SpmConverter, "build_tokenizer_from_spm_proto"):
+        raise ExportError(
+            "exporting a sentencepiece tokenizer needs transformers 5 or later "
+            "(SpmConverter.build_tokenizer_from_spm_proto); upgrade transformers"
+        )
     proto = import_protobuf().ModelProto.FromString(spm_path.read_bytes())
     vocab = {tokenizer.id_to_piece(i): i for i in range(tokenizer.vocab_size)}
     backend = SpmConverter.build_tokenizer_from_spm_proto(proto, vocab)
