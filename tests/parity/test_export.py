@@ -40,6 +40,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:Recommended. pip install sacremo
 
 MAX_LEN = 64
 GPT_LENGTH = 24
+NEVER = [["<pad>"], ["<s>"]]  # aiayn never generates pad and bos
 LIMIT = 15  # CTranslate2's longest output, eos included  # prompt and continuation
 SETTINGS = GenerationSettings(beam=4, length_penalty=0.6, max_length=16)
 N_INPUTS = 24
@@ -348,8 +349,9 @@ def test_ctranslate2_translates_as_aiayn(exported, ct2_exports, spm, name):
     shares = {}
     for beam in (1, 4):
         results = translator.translate_batch(
-            pieces, beam_size=beam, length_penalty=0.6, max_decoding_length=LIMIT - 1
-        )
+            pieces, beam_size=beam, length_penalty=0.6, max_decoding_length=LIMIT - 1,
+            suppress_sequences=NEVER,
+        )  # fmt: skip
         with torch.no_grad():
             found = search(model, padded, aiayn_like_transformers(beam, LIMIT + 1, 0.6))
         ours = [[tokenizer.id_to_piece(i) for i in h[0].tokens] for h in found]
@@ -377,11 +379,12 @@ def test_ctranslate2_generator_continues_as_aiayn(exported, ct2_exports):
     rows = prompts(tokenizer)
     pieces = [tokenizer.convert_ids_to_tokens(row) for row in rows]
     results = generator.generate_batch(
-        pieces, max_length=GPT_LENGTH, include_prompt_in_result=False, beam_size=1
+        pieces, max_length=GPT_LENGTH, include_prompt_in_result=False, suppress_sequences=NEVER
     )
     for prompt, result in zip(rows, results, strict=True):
         with torch.no_grad():
-            found = search(model, torch.tensor([prompt]), aiayn_like_transformers(1, 100, 0.6))
+            settings = aiayn_like_transformers(1, GPT_LENGTH - len(prompt) + 2, 0.6)
+            found = search(model, torch.tensor([prompt]), settings)
         expected = found[0][0].tokens[: GPT_LENGTH - len(prompt)]
         assert result.sequences_ids[0][: len(expected)] == expected
     assert len(int8.generate_batch(pieces, max_length=GPT_LENGTH)) == len(rows)

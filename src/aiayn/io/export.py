@@ -849,7 +849,9 @@ def export_ctranslate2(
 
     The model is exported to Hugging Face first (`export_hf`, in a temporary
     directory), then converted by CTranslate2's own `TransformersConverter`. The
-    tokenizer files and the model card are copied beside CTranslate2's files.
+    tokenizer files, the model card and the run's sentencepiece model (spm.model,
+    which turns text into the pieces CTranslate2 reads) are copied beside
+    CTranslate2's files.
 
     Args:
         run_or_model, spm, generation, force: as `export_hf`.
@@ -893,6 +895,7 @@ def export_ctranslate2(
         def fill(tmp_out: Path) -> None:
             converter = _ct2_converter(hf_dir, target)
             converter.convert(str(tmp_out), quantization=quantization, force=True)
+            write_atomic(tmp_out / TOKENIZER_FILE, spm_path.read_bytes())  # pieces from text
             for path in hf_dir.iterdir():
                 if path.name not in (WEIGHTS, "config.json") and not (tmp_out / path.name).exists():
                     write_atomic(tmp_out / path.name, path.read_bytes())
