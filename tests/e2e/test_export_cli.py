@@ -166,3 +166,37 @@ def test_a_model_object_exports_from_python(spm, tmp_path):
     assert not (out / "generation_config.json").exists()  # nothing to generate
     tokenizer = transformers.AutoTokenizer.from_pretrained(out, local_files_only=True)
     assert tokenizer.mask_token == "[MASK]"
+
+
+def test_a_quickstart_run_exports_with_its_results_and_decodes_as_aiayn(tmp_path):
+    """The quickstart's own layout (OUT/run, OUT/results.json), trained six steps, pre-norm
+    as its recipe is: Pegasus, the test BLEU in the card, logits and greedy outputs equal."""
+    from aiayn.inference.search import DecodeConfig, LengthPenalty, search
+    from aiayn.io.checkpoint import load_model, resolve_weights
+    from train_helpers import tiny_quickstart
+
+    results, _ = tiny_quickstart(tmp_path / "qs", "--set", "model.norm_first=true")
+    run, out = tmp_path / "qs" / "run", tmp_path / "hf"
+    result = export(str(run), str(out))
+    assert result.exit_code == 0, result.output
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert f"value: {results['bleu']}" in card and "norm_first: true" in card
+    model = load_model(resolve_weights(run)).eval()
+    hf = transformers.AutoModelForSeq2SeqLM.from_pretrained(out, local_files_only=True).eval()
+    assert type(hf).__name__ == "PegasusForConditionalGeneration"
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out, local_files_only=True)
+    batch = tokenizer(sentences(20, seed=4), return_tensors="pt", padding=True)
+    settings = DecodeConfig(
+        beam=1, extra_len=None, max_output_len=20, length_penalty=LengthPenalty.HF,
+        free_forced_eos=True,
+    )  # fmt: skip
+    with torch.no_grad():
+        generated = hf.generate(**batch, num_beams=1, max_length=21)
+        found = search(model, batch["input_ids"], settings)
+        target = generated[:, :-1]
+        logits = hf(**batch, decoder_input_ids=target).logits
+        torch.testing.assert_close(model(batch["input_ids"], target), logits, atol=1e-4, rtol=0)
+    eos = model.cfg.eos_id
+    for row, hypotheses in zip(generated.tolist(), found, strict=True):
+        row = row[1:]
+        assert hypotheses[0].tokens == (row[: row.index(eos)] if eos in row else row)
