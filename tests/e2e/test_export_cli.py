@@ -87,7 +87,8 @@ REFUSED = {
     "alibi": (lambda: tiny(positional="alibi"), "positional=alibi"),
     "t5-relative": (lambda: tiny(positional="relative"), "positional=relative"),
     "learned-seq2seq": (lambda: tiny(positional="learned"), "positional=learned"),
-    "rotary-gpt": (lambda: gpt(positional="rotary"), "positional=rotary"),
+    "rotary-seq2seq": (lambda: tiny(positional="rotary"), "positional=rotary"),
+    "alibi-gpt": (lambda: gpt(positional="alibi"), "positional=alibi"),
     "sliding-window": (
         lambda: gpt(attention="sliding_window", attention_window=8),
         "attention=sliding_window",

@@ -91,10 +91,10 @@ def seq2seq(spm, norm_first: bool, positional: str = "sinusoidal") -> Transforme
     return model.eval()
 
 
-def gpt() -> DecoderOnly:
+def gpt(**overrides) -> DecoderOnly:
     torch.manual_seed(2)
     cfg = ModelConfig.gpt(
-        48, dropout=0.0, n_layers=2, d_model=32, n_heads=4, d_ff=64, max_len=MAX_LEN
+        48, dropout=0.0, n_layers=2, d_model=32, n_heads=4, d_ff=64, max_len=MAX_LEN, **overrides
     )
     return spread(DecoderOnly(cfg), 0.3)
 
@@ -109,12 +109,14 @@ BUILDERS = {
     "post-norm": lambda spm: seq2seq(spm, norm_first=False),
     "pre-norm": lambda spm: seq2seq(spm, norm_first=True),
     "gpt": lambda spm: gpt(),
+    "gpt-neox": lambda spm: gpt(positional="rotary", position_options={"base": 500.0}),
     "bert": lambda spm: bert(),
 }
 EXPECTED = {
     "post-norm": "MarianMTModel",
     "pre-norm": "PegasusForConditionalGeneration",
     "gpt": "GPT2LMHeadModel",
+    "gpt-neox": "GPTNeoXForCausalLM",
     "bert": "BertForMaskedLM",
 }
 
@@ -157,7 +159,7 @@ def test_transformers_loads_the_export_offline_with_the_same_logits(exported, na
             target[:, 0] = model.cfg.bos_id
             theirs = hf(input_ids=ids, attention_mask=mask, decoder_input_ids=target).logits
             ours = model(ids, target)
-        elif name == "gpt":
+        elif name in ("gpt", "gpt-neox"):
             ids = torch.randint(4, 48, (3, MAX_LEN))
             theirs, ours = hf(ids).logits, model(ids)
         else:
@@ -179,6 +181,7 @@ def test_the_exported_tokenizer_encodes_as_aiayn(exported, spm, name):
             "post-norm": [*ids, ours.eos_id],
             "pre-norm": [*ids, ours.eos_id],
             "gpt": ids,
+            "gpt-neox": ids,
             "bert": [4, *ids, ours.eos_id, 5],  # [CLS] ... eos [SEP], as `aiayn fill` reads
         }[name]
         assert tokenizer(text)["input_ids"] == expected, text
@@ -250,9 +253,10 @@ def continuation(row: list[int], prompt_length: int) -> list[int]:
     return row[: row.index(2)] if 2 in row else row
 
 
+@pytest.mark.parametrize("name", ["gpt", "gpt-neox"])
 @pytest.mark.parametrize("beam", [1, 4])
-def test_gpt_generate_gives_aiayns_greedy_and_beam_search(exported, beam):
-    model, out, hf = exported["gpt"]
+def test_gpt_generate_gives_aiayns_greedy_and_beam_search(exported, name, beam):
+    model, out, hf = exported[name]
     tokenizer = transformers.AutoTokenizer.from_pretrained(out, local_files_only=True)
     outputs = []
     for prompt in prompts(tokenizer):
@@ -324,7 +328,7 @@ def test_convert_gpt2_and_bert_of_the_export_give_identical_weights(exported, na
 def ct2_exports(exported, spm, tmp_path_factory):
     pytest.importorskip("ctranslate2")
     found = {}
-    for name in ("post-norm", "pre-norm", "gpt"):
+    for name in ("post-norm", "pre-norm", "gpt", "gpt-neox"):
         model = exported[name][0]
         root = tmp_path_factory.mktemp(f"{name}-ct2")
         found[name] = {
@@ -369,13 +373,14 @@ def test_ctranslate2_translates_as_aiayn(exported, ct2_exports, spm, name):
     assert len(int8.translate_batch(pieces, beam_size=4)) == len(pieces)
 
 
-def test_ctranslate2_generator_continues_as_aiayn(exported, ct2_exports):
+@pytest.mark.parametrize("name", ["gpt", "gpt-neox"])
+def test_ctranslate2_generator_continues_as_aiayn(exported, ct2_exports, name):
     import ctranslate2
 
-    model, out, _ = exported["gpt"]
+    model, out, _ = exported[name]
     tokenizer = transformers.AutoTokenizer.from_pretrained(out, local_files_only=True)
-    generator = ctranslate2.Generator(str(ct2_exports["gpt"]["float32"]))
-    int8 = ctranslate2.Generator(str(ct2_exports["gpt"]["int8"]), compute_type="int8")
+    generator = ctranslate2.Generator(str(ct2_exports[name]["float32"]))
+    int8 = ctranslate2.Generator(str(ct2_exports[name]["int8"]), compute_type="int8")
     rows = prompts(tokenizer)
     pieces = [tokenizer.convert_ids_to_tokens(row) for row in rows]
     results = generator.generate_batch(

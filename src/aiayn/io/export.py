@@ -11,6 +11,8 @@ function, not an approximation of it (`hf_target` says which, or refuses by name
     encoder-decoder, post-norm, sinusoidal positions   MarianMTModel
     encoder-decoder, pre-norm, sinusoidal positions    PegasusForConditionalGeneration
     decoder-only, learned positions, pre-norm (GPT)    GPT2LMHeadModel
+    decoder-only, rotary positions, pre-norm           GPTNeoXForCausalLM (sequential
+                                                       residual, rotary on all of each head)
     encoder-only, learned positions, post-norm (BERT)  BertForMaskedLM
 
 Pre-norm encoder-decoders do not go to M2M100 (issue 33 suggested it): M2M100's
@@ -74,11 +76,13 @@ from aiayn.nn.positions.sinusoidal import sinusoidal_table
 
 log = logging.getLogger(__name__)
 
-MARIAN, PEGASUS, GPT2, BERT = "marian", "pegasus", "gpt2", "bert"
+MARIAN, PEGASUS, GPT2, NEOX, BERT = "marian", "pegasus", "gpt2", "gpt_neox", "bert"
+LANGUAGE_MODELS = (GPT2, NEOX)
 ARCHITECTURES = {
     MARIAN: "MarianMTModel",
     PEGASUS: "PegasusForConditionalGeneration",
     GPT2: "GPT2LMHeadModel",
+    NEOX: "GPTNeoXForCausalLM",
     BERT: "BertForMaskedLM",
 }
 TARGETS = ("hf", "ctranslate2")
@@ -113,7 +117,7 @@ def hf_target(cfg: ModelConfig) -> str:
     """
     target = {
         "encoder_decoder": PEGASUS if cfg.norm_first else MARIAN,
-        "decoder_only": GPT2,
+        "decoder_only": NEOX if cfg.positional == "rotary" else GPT2,
         "encoder_only": BERT,
     }.get(cfg.architecture)
     if target is None:
@@ -130,7 +134,7 @@ def hf_target(cfg: ModelConfig) -> str:
         raise refuse(f"attention={cfg.attention}", "it computes dense softmax attention")
     if cfg.attention_options:
         raise refuse(f"attention_options={dict(cfg.attention_options)}", "no kernel options")
-    if cfg.position_options:
+    if cfg.position_options and (target != NEOX or set(dict(cfg.position_options)) - {"base"}):
         raise refuse(f"position_options={dict(cfg.position_options)}", "fixed positions")
     if cfg.n_kv_heads != cfg.n_heads:
         raise refuse(
@@ -161,11 +165,11 @@ def hf_target(cfg: ModelConfig) -> str:
             raise refuse(f"layer_norm_eps={cfg.layer_norm_eps:g}", "its LayerNorms use 1e-05")
         if cfg.n_encoder_layers < 1 or cfg.n_decoder_layers < 1:
             raise refuse("a stack without layers", "both stacks have layers")
-    elif target == GPT2:
-        if cfg.positional != "learned":
-            raise refuse(f"positional={cfg.positional}", "learned positions only")
+    elif target in LANGUAGE_MODELS:
+        if target == GPT2 and cfg.positional != "learned":
+            raise refuse(f"positional={cfg.positional}", "learned or rotary positions only")
         if not cfg.norm_first:
-            raise refuse("norm_first=false (post-norm)", "GPT-2 is pre-norm")
+            raise refuse("norm_first=false (post-norm)", "GPT-2 and GPT-NeoX are pre-norm")
         if cfg.scale_embeddings:
             raise refuse("scale_embeddings=true", "GPT-2 does not scale its embeddings")
         if cfg.output_bias:
@@ -319,6 +323,42 @@ def gpt2_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
+def gpt_neox_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """A rotary decoder-only model's weights under GPT-NeoX's names.
+
+    GPT-NeoX's fused query_key_value holds each head's query, key and value rows
+    together, head by head: (H, 3, Dk, D). aiayn's rotary pairs dimension i with
+    i + Dk/2 (rotate-half), as GPT-NeoX does, so no row is permuted.
+    """
+    cfg = model.cfg
+    state = {k: v.detach() for k, v in model.state_dict().items()}
+    out = {
+        "gpt_neox.embed_in.weight": state["decoder.embedding.tokens.weight"],
+        "gpt_neox.final_layer_norm.weight": state["decoder.final_norm.weight"],
+        "gpt_neox.final_layer_norm.bias": state["decoder.final_norm.bias"],
+        "lm_head.weight": _output_matrix(model),
+    }
+    heads = cfg.n_heads
+    for i in range(cfg.n_decoder_layers):
+        ours, theirs = f"decoder.layers.{i}", f"gpt_neox.layers.{i}"
+        for kind in ("weight", "bias"):
+            q, k, v = (
+                state[f"{ours}.self_attn.{n}.{kind}"] for n in ("q_proj", "k_proj", "v_proj")
+            )
+            per_head = [t.reshape(heads, -1, *t.shape[1:]) for t in (q, k, v)]  # (H, Dk, ...)
+            fused = torch.stack(per_head, dim=1)  # (H, 3, Dk, ...)
+            out[f"{theirs}.attention.query_key_value.{kind}"] = fused.reshape(-1, *q.shape[1:])
+            for theirs_name, ours_name in (
+                ("attention.dense", "self_attn.out_proj"),
+                ("mlp.dense_h_to_4h", "feed_forward.linear1"),
+                ("mlp.dense_4h_to_h", "feed_forward.linear2"),
+                ("input_layernorm", "self_residual.norm"),
+                ("post_attention_layernorm", "ff_residual.norm"),
+            ):
+                out[f"{theirs}.{theirs_name}.{kind}"] = state[f"{ours}.{ours_name}.{kind}"]
+    return out
+
+
 def bert_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """An encoder-only model's weights under BertForMaskedLM's names.
 
@@ -422,6 +462,27 @@ def hf_config(cfg: ModelConfig, target: str) -> dict[str, Any]:
                 "share_encoder_decoder_embeddings": True,
             }
         return common | fields
+    if target == NEOX:  # sequential residual, rotary (rotate-half) on every dimension
+        base = dict(cfg.position_options).get("base", 10000.0)
+        return common | {
+            "vocab_size": cfg.vocab_size,
+            "hidden_size": cfg.d_model,
+            "num_hidden_layers": cfg.n_decoder_layers,
+            "num_attention_heads": cfg.n_heads,
+            "intermediate_size": cfg.d_ff,
+            "hidden_act": activation,
+            "max_position_embeddings": cfg.max_len,
+            "layer_norm_eps": cfg.layer_norm_eps,
+            "use_parallel_residual": False,
+            "rope_parameters": {"rope_type": "default", "rope_theta": base},
+            "rotary_pct": 1.0,  # transformers 4's names
+            "rotary_emb_base": base,
+            "attention_bias": True,
+            "hidden_dropout": cfg.dropout,
+            "attention_dropout": cfg.attention_dropout,
+            "tie_word_embeddings": cfg.tie_output,
+            **ids,
+        }
     if target == GPT2:
         return common | {
             "vocab_size": cfg.vocab_size,
@@ -600,6 +661,7 @@ def model_card(
     """README.md: the Hub's metadata header, then the recipe, data, score and parameters."""
     cfg = model.cfg
     pipeline = {MARIAN: "translation", PEGASUS: "translation", GPT2: "text-generation"}
+    pipeline[NEOX] = "text-generation"
     header = [
         "---",
         "library_name: transformers",
@@ -646,12 +708,12 @@ def model_card(
     if recipe is not None:
         body += ["", "## Recipe and data", "", f"The run's {RUN_CONFIG_FILE}:", "", "```yaml"]
         body += [recipe.read_text(encoding="utf-8").rstrip(), "```"]
-    if target in (MARIAN, PEGASUS, GPT2):
+    if target != BERT:
         body += [
             "",
             "## Generation",
             "",
-            f"generation_config.json: beam {settings.beam if target != GPT2 else 1}, "
+            f"generation_config.json: beam {1 if target in LANGUAGE_MODELS else settings.beam}, "
             f"length penalty {settings.length_penalty} in transformers' form |Y|^alpha "
             "(aiayn's default is the paper's ((5 + |Y|) / 6)^alpha; the two rank long "
             "and short outputs differently), max_length "
@@ -707,6 +769,7 @@ def _write_hf(
         MARIAN: lambda: seq2seq_state_dict(model, MARIAN),
         PEGASUS: lambda: seq2seq_state_dict(model, PEGASUS),
         GPT2: lambda: gpt2_state_dict(model),
+        NEOX: lambda: gpt_neox_state_dict(model),
         BERT: lambda: bert_state_dict(model),
     }[target]()
     if target == MARIAN:
@@ -779,16 +842,20 @@ def _ct2_converter(directory: Path, target: str) -> Any:
     loaders corrected where they assume a convention of the original checkpoints
     that an aiayn export does not follow:
 
+    - GPT-NeoX's loader reads transformers 4's names (embed_out, rotary_pct) and
+      leaves the rotary base at 10000 whatever the config says.
     - Marian's loader drops the last row of the vocabulary (opus-mt's pad, which
       `transformers` appends) and starts the decoder from a zero vector (opus-mt's pad
       embedding); Pegasus's starts it from pad. An aiayn model's vocabulary is whole and
       its decoder starts from bos, the export's decoder_start_token_id.
     """
+    import numpy as np
     import transformers
     from ctranslate2.converters import TransformersConverter
     from ctranslate2.converters.transformers import (
         BartLoader,
         GPT2Loader,
+        GPTNeoXLoader,
         MarianMTLoader,
         PegasusLoader,
     )
@@ -822,7 +889,17 @@ def _ct2_converter(directory: Path, target: str) -> Any:
         def set_config(self, config: Any, model: Any, tokenizer: Any) -> None:
             decoder_start(config, model, tokenizer)
 
-    loader = {MARIAN: Marian, PEGASUS: Pegasus, GPT2: GPT2Loader}[target]()
+    class NeoX(GPTNeoXLoader):
+        def get_model_spec(self, model: Any) -> Any:  # transformers 5 names embed_out lm_head
+            model.embed_out = model.lm_head
+            model.config.rotary_pct = 1.0  # transformers 5: rope_parameters; always whole here
+            spec = super().get_model_spec(model)
+            base = np.float32(model.config.rope_parameters["rope_theta"])  # not read upstream
+            for layer in spec.decoder.layer:
+                layer.self_attention.rotary_base = base
+            return spec
+
+    loader = {MARIAN: Marian, PEGASUS: Pegasus, GPT2: GPT2Loader, NEOX: NeoX}[target]()
 
     class Converter(TransformersConverter):
         def _load(self) -> Any:
