@@ -541,8 +541,9 @@ def generation_config(cfg: ModelConfig, target: str, settings: GenerationSetting
             "forced_eos_token_id": cfg.eos_id,
             "num_beams": settings.beam,
             "length_penalty": settings.length_penalty,
-            "early_stopping": True,
         }
+        if settings.beam > 1:  # a beam's setting (transformers warns of it on greedy search)
+            values["early_stopping"] = True
     else:  # a language model continues a prompt greedily by default
         values |= {"num_beams": 1, "do_sample": False}
     return values
