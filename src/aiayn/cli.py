@@ -1418,8 +1418,9 @@ def export(
     """Export a trained model for transformers (--to hf) or CTranslate2 (--to ctranslate2).
 
     An encoder-decoder becomes MarianMTModel (post-norm) or
-    PegasusForConditionalGeneration (pre-norm), a decoder-only model GPT2LMHeadModel,
-    an encoder-only one BertForMaskedLM, with tokenizer files, generation_config.json
+    PegasusForConditionalGeneration (pre-norm), a decoder-only model GPT2LMHeadModel
+    (GPTNeoXForCausalLM with rotary positions), an encoder-only one BertForMaskedLM,
+    with tokenizer files, generation_config.json
     and a model card (README.md). A setting no target expresses exactly is refused by
     name and nothing is written.
     """

@@ -55,14 +55,18 @@ def export(*args: str):
 
 def test_a_run_exports_with_its_model_card_and_loads_in_transformers(spm, tmp_path):
     run = run_of(tiny(norm_first=True), tmp_path, spm)
-    results = {"bleu": 12.34, "beam": 8, "alpha": 1.0, "bleu_signature": "nrefs:1|..."}
+    weights = run / "checkpoints" / "step-00000001" / "model.safetensors"
+    results = {"bleu": 12.34, "beam": 8, "alpha": 1.0, "weights": str(weights)}
     (run / "results.json").write_text(json.dumps(results))
+    other = {**results, "bleu": 56.78, "weights": str(tmp_path / "other" / "model.safetensors")}
+    (tmp_path / "results.json").write_text(json.dumps(other))  # another run's: not taken
     out = tmp_path / "hf"
     result = export(str(run), str(out), "--beam", "5", "--alpha", "1.0")
     assert result.exit_code == 0, result.output
     card = (out / "README.md").read_text(encoding="utf-8")
     assert card.startswith("---\nlibrary_name: transformers\npipeline_tag: translation\n")
     assert "value: 12.34" in card and "PegasusForConditionalGeneration" in card
+    assert "56.78" not in card
     generation = json.loads((out / "generation_config.json").read_text())
     assert (generation["num_beams"], generation["length_penalty"]) == (5, 1.0)
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(out, local_files_only=True)

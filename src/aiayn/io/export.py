@@ -110,7 +110,8 @@ class ExportError(ValueError):
 
 
 def hf_target(cfg: ModelConfig) -> str:
-    """The `transformers` model type that expresses `cfg` exactly: marian, pegasus, gpt2, bert.
+    """The `transformers` model type that expresses `cfg` exactly: marian, pegasus, gpt2,
+    gpt_neox or bert.
 
     Raises:
         ExportError: naming the first setting no target expresses, and the target.
@@ -233,11 +234,7 @@ def _linear_out(out: dict, theirs: str, s: _Stream, ours: str) -> None:
     )
 
 
-def _norm(out: dict, theirs: str, s: _Stream, ours: str) -> None:
-    out[f"{theirs}.weight"], out[f"{theirs}.bias"] = (
-        s.writes(f"{ours}.weight"),
-        s.writes(f"{ours}.bias"),
-    )
+_norm = _linear_out  # a LayerNorm's weight and bias hold one entry per stream coordinate
 
 
 def _output_matrix(model: nn.Module) -> torch.Tensor:
@@ -643,14 +640,19 @@ def _read_json(path: Path | None) -> dict[str, Any] | None:
 
 
 def _run_results(weights: Path | None) -> dict[str, Any] | None:
-    """The quickstart's results.json of this run (in the run or the folder holding it)."""
+    """The quickstart's results.json for these weights: in their run, or in the folder
+    holding the run (the quickstart's OUT), if it names weights of this run."""
     if weights is None:
         return None
-    found = find_in_run(weights, RESULTS_FILE)
-    run = find_in_run(weights, RUN_CONFIG_FILE)
-    if found is None and run is not None:
-        found = run.parent.parent / RESULTS_FILE
-    return _read_json(found)
+    weights = weights.absolute()
+    in_run = weights.parent.parent.name == "checkpoints"  # RUN/checkpoints/NAME/weights
+    run = weights.parents[2] if in_run else weights.parent
+    for place in (run, run.parent):
+        results = _read_json(place / RESULTS_FILE)
+        scored = Path(str((results or {}).get("weights", ""))).absolute()
+        if results is not None and run in scored.parents:
+            return results
+    return None
 
 
 def model_card(
@@ -677,8 +679,8 @@ def model_card(
     body = [
         f"# {ARCHITECTURES[target]} exported from aiayn",
         "",
-        f"A {cfg.architecture.replace('_', '-')} Transformer trained with "
-        f"[aiayn](https://github.com/), exported as `{ARCHITECTURES[target]}` by "
+        f"A {cfg.architecture.replace('_', '-')} Transformer trained with aiayn, "
+        f"exported as `{ARCHITECTURES[target]}` by "
         "`aiayn export`. It computes the same logits as the aiayn model (within 1e-4) "
         "and decodes the same tokens.",
         "",
