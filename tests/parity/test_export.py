@@ -393,3 +393,47 @@ def test_ctranslate2_generator_continues_as_aiayn(exported, ct2_exports, name):
         expected = found[0][0].tokens[: GPT_LENGTH - len(prompt)]
         assert result.sequences_ids[0][: len(expected)] == expected
     assert len(int8.generate_batch(pieces, max_length=GPT_LENGTH - 6)) == len(rows)
+
+
+VARIANTS = {  # an untied output matrix, each activation, BERT without token types
+    "marian-untied-gelu-tanh": lambda: Transformer(
+        ModelConfig.tiny(48, d_model=32, d_ff=64, tie_output=False, activation="gelu_tanh",
+                         scale_embeddings=False)
+    ),
+    "pegasus-untied-swish": lambda: Transformer(
+        ModelConfig.tiny(48, d_model=32, d_ff=64, norm_first=True, tie_output=False,
+                         activation="swish")
+    ),
+    "gpt2-untied": lambda: DecoderOnly(
+        ModelConfig.gpt(48, n_layers=1, d_model=32, n_heads=4, d_ff=64, max_len=24,
+                        tie_output=False)
+    ),
+    "neox-untied-relu": lambda: DecoderOnly(
+        ModelConfig.gpt(48, n_layers=1, d_model=32, n_heads=4, d_ff=64, max_len=24,
+                        tie_output=False, positional="rotary", activation="relu")
+    ),
+    "bert-untied-no-types": lambda: EncoderOnly(
+        ModelConfig.bert(48, n_layers=1, d_model=32, n_heads=2, d_ff=64, tie_output=False,
+                         type_vocab_size=0)
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_untied_outputs_and_every_activation_export_exactly(spm, tmp_path, variant):
+    torch.manual_seed(0)
+    model = spread(VARIANTS[variant](), 0.1)
+    out = export_hf(model, tmp_path / "hf", spm=spm)
+    config = transformers.AutoConfig.from_pretrained(out, local_files_only=True)
+    hf_class = getattr(transformers, config.architectures[0])
+    hf, info = hf_class.from_pretrained(out, local_files_only=True, output_loading_info=True)
+    assert not any(info.values()), info
+    ids = torch.randint(4, 48, (3, 9))
+    with torch.no_grad():
+        if isinstance(model, Transformer):
+            target = torch.randint(4, 48, (3, 7))
+            target[:, 0] = model.cfg.bos_id
+            ours, theirs = model(ids, target), hf(input_ids=ids, decoder_input_ids=target).logits
+        else:
+            ours, theirs = model(ids), hf(ids).logits
+    torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=0)

@@ -96,7 +96,7 @@ HF_LAYER_NORM_EPS = 1e-5  # Marian's and Pegasus's LayerNorms: torch's default, 
 _HF_ACTIVATIONS = {
     Activation.RELU: "relu",
     Activation.GELU: "gelu",
-    Activation.GELU_TANH: "gelu_new",  # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+    Activation.GELU_TANH: "gelu_pytorch_tanh",  # torch.nn.functional.gelu(approximate="tanh")
     Activation.SWISH: "swish",
 }
 _EXACT_KERNELS = ("sdpa", "explicit")  # dense softmax attention: what every target computes
@@ -377,6 +377,9 @@ def bert_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
         "cls.predictions.decoder.weight": _output_matrix(model),
         "cls.predictions.bias": state.get("output_bias", torch.zeros(cfg.vocab_size)),
     }
+    # the same bias under the decoder's name too: transformers ties the two, unless the
+    # output matrix is untied (then it reads the decoder's)
+    out["cls.predictions.decoder.bias"] = out["cls.predictions.bias"]
     names = {
         "attention.self.query": "self_attn.q_proj",
         "attention.self.key": "self_attn.k_proj",
