@@ -437,3 +437,20 @@ def test_untied_outputs_and_every_activation_export_exactly(spm, tmp_path, varia
         else:
             ours, theirs = model(ids), hf(ids).logits
     torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=0)
+
+
+def test_a_unigram_model_tokenizes_exactly_for_encoder_decoders_and_is_flagged_otherwise(
+    tmp_path, caplog
+):
+    spm = tmp_path / "unigram.model"
+    ours = train_tokenizer(sentences(300), spm, vocab_size=32, model_type="unigram")
+    torch.manual_seed(0)
+    seq2seq_model = Transformer(ModelConfig.tiny(32, d_model=32, d_ff=64, norm_first=True))
+    out = export_hf(seq2seq_model, tmp_path / "pegasus", spm=spm)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out, local_files_only=True)
+    for text in texts():  # Marian's tokenizer: sentencepiece itself
+        assert tokenizer(text)["input_ids"] == [*ours.encode(text), ours.eos_id]
+    assert "unigram" not in caplog.text
+    language_model = DecoderOnly(ModelConfig.gpt(32, n_layers=1, d_model=32, n_heads=4, d_ff=64))
+    export_hf(language_model, tmp_path / "gpt", spm=spm)
+    assert "unigram model" in caplog.text  # tokenizer.json: nearly, not always, the same
