@@ -598,8 +598,8 @@ def _fast_tokenizer_files(
     if proto.trainer_spec.model_type == proto.trainer_spec.UNIGRAM:  # pieces with their scores
         log.warning(
             "%s is a unigram model: its conversion to tokenizer.json segments a few inputs "
-            "otherwise than sentencepiece does (26 of 20,000 lines of Python source in a "
-            "test); the bpe models aiayn trains by default convert exactly",
+            "otherwise than sentencepiece does (see benchmarks/check_tokenizer_export.py); "
+            "the bpe models aiayn trains by default convert exactly",
             spm_path,
         )
         pieces = [(piece.piece, piece.score) for piece in proto.pieces]
