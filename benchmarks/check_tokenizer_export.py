@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from aiayn.data.tokenizer import train_tokenizer
-from aiayn.io.export import GPT2, _fast_tokenizer_files
+from aiayn.io.export import GPT2, fast_tokenizer_files
 
 
 def main() -> None:
@@ -43,7 +43,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         spm = Path(tmp) / "spm.model"
         tokenizer = train_tokenizer(train, spm, args.vocab_size, model_type=args.model_type)
-        _fast_tokenizer_files(spm, Path(tmp), tokenizer, GPT2, max_len=1024)
+        fast_tokenizer_files(spm, Path(tmp), tokenizer, GPT2, max_len=1024)
         fast = AutoTokenizer.from_pretrained(tmp)
         differ = sum(tokenizer.encode(line) != fast(line)["input_ids"] for line in test)
     print(

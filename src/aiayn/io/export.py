@@ -574,11 +574,24 @@ def _marian_tokenizer_files(
     write_atomic(out / "tokenizer_config.json", json.dumps(settings, indent=2) + "\n")
 
 
-def _fast_tokenizer_files(
+def fast_tokenizer_files(
     spm_path: Path, out: Path, tokenizer: SentencePieceTokenizer, target: str, max_len: int
 ) -> None:
-    """tokenizer.json and tokenizer_config.json: a `PreTrainedTokenizerFast` converted from
-    the sentencepiece model, which `AutoTokenizer` loads whatever config.json's model type."""
+    """Write OUT/tokenizer.json and OUT/tokenizer_config.json: a `PreTrainedTokenizerFast`
+    converted from the sentencepiece model, which `AutoTokenizer` loads whatever
+    config.json's model type.
+
+    Args:
+        spm_path: the sentencepiece model.
+        out: the directory to write into.
+        tokenizer: the same model, loaded.
+        target: the model type (BERT's tokenizer reads [CLS] ... eos [SEP]).
+        max_len: the model's longest input (model_max_length).
+
+    Raises:
+        ExportError: transformers missing or too old, or a BERT model without
+            [CLS], [SEP] and [MASK] pieces.
+    """
     try:
         from tokenizers.processors import TemplateProcessing
         from transformers import PreTrainedTokenizerFast
@@ -791,7 +804,7 @@ def _write_hf(
     if target in (MARIAN, PEGASUS):
         _marian_tokenizer_files(spm_path, out, tokenizer, cfg.max_len)
     else:
-        _fast_tokenizer_files(spm_path, out, tokenizer, target, cfg.max_len)
+        fast_tokenizer_files(spm_path, out, tokenizer, target, cfg.max_len)
     write_atomic(out / "config.json", json.dumps(hf_config(cfg, target), indent=2) + "\n")
     if target != BERT:
         generation = generation_config(cfg, target, settings)
