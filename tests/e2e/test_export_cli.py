@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from typer.testing import CliRunner
 
 from aiayn import ModelConfig, build_model
@@ -67,6 +68,9 @@ def test_a_run_exports_with_its_model_card_and_loads_in_transformers(spm, tmp_pa
     assert card.startswith("---\nlibrary_name: transformers\npipeline_tag: translation\n")
     assert "value: 12.34" in card and "PegasusForConditionalGeneration" in card
     assert "56.78" not in card
+    header = yaml.safe_load(card.split("---\n")[1])  # the Hub's metadata: valid YAML
+    assert header["pipeline_tag"] == "translation" and "aiayn" in header["tags"]
+    assert header["model-index"][0]["results"][0]["metrics"][0]["value"] == 12.34
     generation = json.loads((out / "generation_config.json").read_text())
     assert (generation["num_beams"], generation["length_penalty"]) == (5, 1.0)
     model = transformers.AutoModelForSeq2SeqLM.from_pretrained(out, local_files_only=True)

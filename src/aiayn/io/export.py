@@ -69,7 +69,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from aiayn.config import Activation, ModelConfig
+from aiayn.config import MAX_ALPHA, MAX_BEAM, Activation, ModelConfig
 from aiayn.data.lm import CLS, MASK, SEP
 from aiayn.data.tokenizer import TOKENIZER_FILE, SentencePieceTokenizer
 from aiayn.files import check_fresh_output, check_output, write_atomic, write_dir_atomic
@@ -421,10 +421,12 @@ class GenerationSettings:
     max_length: int | None = None
 
     def __post_init__(self) -> None:
-        if not 1 <= self.beam <= 1024:
-            raise ValueError(f"beam must lie in [1, 1024], got {self.beam}")
-        if not (math.isfinite(self.length_penalty) and 0 <= self.length_penalty <= 10):
-            raise ValueError(f"length_penalty must lie in [0, 10], got {self.length_penalty}")
+        if not 1 <= self.beam <= MAX_BEAM:
+            raise ValueError(f"beam must lie in [1, {MAX_BEAM}], got {self.beam}")
+        if not (math.isfinite(self.length_penalty) and 0 <= self.length_penalty <= MAX_ALPHA):
+            raise ValueError(
+                f"length_penalty (alpha) must lie in [0, {MAX_ALPHA:g}], got {self.length_penalty}"
+            )
         if self.max_length is not None and self.max_length < 2:
             raise ValueError(f"max_length must be >= 2, got {self.max_length}")
 
@@ -726,6 +728,10 @@ def model_card(
                 "  results:",
                 "  - task:",
                 f"      type: {pipeline.get(target, 'fill-mask')}",
+                "    dataset:",
+                "      type: aiayn-prepared-corpus",
+                "      name: the run's test split (its config.yaml's data.corpus)",
+                "      split: test",
                 "    metrics:",
                 "    - type: bleu",
                 f"      value: {model_index}",
