@@ -80,28 +80,29 @@ def seq2seq_state_dict(model: nn.Module, target: str) -> dict[str, torch.Tensor]
         "lm_head.weight": s.reads("output_weight"),
         "final_logits_bias": bias.reshape(1, -1),
     }
-    projections = ("q_proj", "k_proj", "v_proj")
+
+    def attention(theirs: str, ours: str) -> None:
+        for name in ("q_proj", "k_proj", "v_proj"):
+            _linear_in(out, f"{theirs}.{name}", s, f"{ours}.{name}")
+        _linear_out(out, f"{theirs}.out_proj", s, f"{ours}.out_proj")
+
+    def feed_forward(theirs: str, ours: str) -> None:
+        _linear_in(out, f"{theirs}.fc1", s, f"{ours}.feed_forward.linear1")
+        _linear_out(out, f"{theirs}.fc2", s, f"{ours}.feed_forward.linear2")
+        _norm(out, f"{theirs}.final_layer_norm", s, f"{ours}.ff_residual.norm")
+
     for i in range(cfg.n_encoder_layers):
         ours, theirs = f"encoder.layers.{i}", f"model.encoder.layers.{i}"
-        for name in projections:
-            _linear_in(out, f"{theirs}.self_attn.{name}", s, f"{ours}.self_attn.{name}")
-        _linear_out(out, f"{theirs}.self_attn.out_proj", s, f"{ours}.self_attn.out_proj")
+        attention(f"{theirs}.self_attn", f"{ours}.self_attn")
         _norm(out, f"{theirs}.self_attn_layer_norm", s, f"{ours}.attn_residual.norm")
-        _linear_in(out, f"{theirs}.fc1", s, f"{ours}.feed_forward.linear1")
-        _linear_out(out, f"{theirs}.fc2", s, f"{ours}.feed_forward.linear2")
-        _norm(out, f"{theirs}.final_layer_norm", s, f"{ours}.ff_residual.norm")
+        feed_forward(theirs, ours)
     for i in range(cfg.n_decoder_layers):
         ours, theirs = f"decoder.layers.{i}", f"model.decoder.layers.{i}"
-        for name in projections:
-            _linear_in(out, f"{theirs}.self_attn.{name}", s, f"{ours}.self_attn.{name}")
-            _linear_in(out, f"{theirs}.encoder_attn.{name}", s, f"{ours}.cross_attn.{name}")
-        _linear_out(out, f"{theirs}.self_attn.out_proj", s, f"{ours}.self_attn.out_proj")
-        _linear_out(out, f"{theirs}.encoder_attn.out_proj", s, f"{ours}.cross_attn.out_proj")
+        attention(f"{theirs}.self_attn", f"{ours}.self_attn")
         _norm(out, f"{theirs}.self_attn_layer_norm", s, f"{ours}.self_residual.norm")
+        attention(f"{theirs}.encoder_attn", f"{ours}.cross_attn")
         _norm(out, f"{theirs}.encoder_attn_layer_norm", s, f"{ours}.cross_residual.norm")
-        _linear_in(out, f"{theirs}.fc1", s, f"{ours}.feed_forward.linear1")
-        _linear_out(out, f"{theirs}.fc2", s, f"{ours}.feed_forward.linear2")
-        _norm(out, f"{theirs}.final_layer_norm", s, f"{ours}.ff_residual.norm")
+        feed_forward(theirs, ours)
     if target == PEGASUS:  # pre-norm: each stack ends with a LayerNorm
         _norm(out, "model.encoder.layer_norm", s, "encoder.final_norm")
         _norm(out, "model.decoder.layer_norm", s, "decoder.final_norm")
