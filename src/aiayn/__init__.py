@@ -16,6 +16,7 @@ The package is layered; each layer imports only from the layers below it:
 from aiayn import _moved
 from aiayn.config import Activation, AttentionKernel, ModelConfig
 from aiayn.inference.frozen import freeze
+from aiayn.io.export import export
 from aiayn.models import build_model
 from aiayn.models.encoder_decoder import EncoderOutput, Transformer
 
@@ -28,6 +29,7 @@ __all__ = [
     "ModelConfig",
     "Transformer",
     "build_model",
+    "export",
     "freeze",
 ]
 __version__ = "0.1.0"

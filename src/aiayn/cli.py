@@ -1447,6 +1447,59 @@ def convert_bert_command(path: HFDirArg, out: ConvertOutArg, force: ForceOpt = F
     _convert_hf("bert", path, out, 'fill {out} "For God so [MASK] the world"', force)
 
 
+# ----- export: the inverse of convert -----------------------------------------------
+
+
+@app.command()
+def export(
+    run: Annotated[Path, typer.Argument(help="Run, checkpoint directory or weights file.")],
+    out: Annotated[Path, typer.Argument(help="The directory to write.")],
+    to: Annotated[
+        str,
+        typer.Option("--to", metavar="[hf|ctranslate2]", callback=_utf8, help="The format."),
+    ] = "hf",
+    quantization: Annotated[
+        str | None,
+        typer.Option(
+            "--quantization",
+            metavar="[int8|int8_float32|bfloat16]",
+            callback=_utf8,
+            help="ctranslate2 only: the weights' type (default float32).",
+        ),
+    ] = None,
+    beam: Annotated[int, typer.Option(help="num_beams in generation_config.json.")] = 4,
+    alpha: Annotated[
+        float, typer.Option(help="length_penalty in generation_config.json (|Y|^alpha).")
+    ] = 0.6,
+    force: ForceOpt = False,
+) -> None:
+    """Export a trained model for transformers (--to hf) or CTranslate2 (--to ctranslate2).
+
+    An encoder-decoder becomes MarianMTModel (post-norm) or
+    PegasusForConditionalGeneration (pre-norm), a decoder-only model GPT2LMHeadModel
+    (GPTNeoXForCausalLM with rotary positions), an encoder-only one BertForMaskedLM,
+    with tokenizer files, generation_config.json
+    and a model card (README.md). A setting no target expresses exactly is refused by
+    name and nothing is written.
+    """
+    from aiayn.io.export import TARGETS, GenerationSettings
+    from aiayn.io.export import export as export_model
+
+    _warnings_to_stderr()
+    try:
+        if to not in TARGETS:
+            raise ValueError(f"--to {to!r}: not one of {', '.join(TARGETS)}")
+        if quantization is not None and to != "ctranslate2":
+            raise ValueError("--quantization applies to --to ctranslate2 only")
+        options = {"generation": GenerationSettings(beam=beam, length_penalty=alpha)}
+        if to == "ctranslate2":
+            options["quantization"] = quantization
+        export_model(run, out, to=to, force=force, **options)
+    except (FileNotFoundError, ValueError) as err:
+        raise _fail(err) from None
+    typer.echo(f"wrote {out} ({to})")
+
+
 # ----- serving ---------------------------------------------------------------------
 
 
