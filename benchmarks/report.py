@@ -1051,6 +1051,34 @@ def alignment() -> str:
     )
 
 
+def export() -> str:
+    """The quickstart model exported to CTranslate2: each quantization's test BLEU."""
+    data = load("export")
+    rows = [
+        [
+            q["quantization"],
+            f"{q['bleu']:.2f}",
+            f"{q['chrf']:.2f}",
+            f"{q['bleu_against_float32']:.2f}",
+            f"{q['same_as_float32']:.0%}",
+        ]
+        for q in data["quantizations"]
+    ]
+    headers = [
+        "CTranslate2 compute type",
+        "test BLEU",
+        "chrF",
+        "BLEU vs float32",
+        "same as float32",
+    ]
+    notes = (
+        f"{data['sentences']} test verses, beam {data['beam']}, alpha {data['alpha']} "
+        "(CTranslate2's length penalty |Y|^alpha, not aiayn's GNMT form); aiayn's own test "
+        f"BLEU of the same weights: {data['quickstart_bleu']}. Run: " + data["args"].get("note", "")
+    )
+    return "\n\n".join([table(headers, rows, left=1), notes, source("export", data, timed=False)])
+
+
 def int8_kernels() -> str:
     """Each int8 candidate's speed against float32, per weight shape and row count."""
     data = load("int8-kernels")
@@ -1361,6 +1389,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "valid-searches": valid_searches,
     "induction": induction,
     "alignment": alignment,
+    "export": export,
     "memory": memory,
     "int8-kernels": int8_kernels,
     "train-profile-bf16": lambda: train_profile("train-profile-bf16"),
@@ -1382,6 +1411,7 @@ WHEN = {
     "valid-searches": lambda: (RESULTS / "valid-sweep.json").exists(),
     "induction": lambda: (RESULTS / "induction.json").exists(),
     "alignment": lambda: (RESULTS / "alignment.json").exists(),
+    "export": lambda: (RESULTS / "export.json").exists(),
     "memory": lambda: (RESULTS / "memory.json").exists(),
     "int8-kernels": lambda: (RESULTS / "int8-kernels.json").exists(),
     "efficient-attention": lambda: "efficient" in load("attention"),
