@@ -77,3 +77,10 @@ def test_cli_attention_writes_pngs(tmp_path: Path, run: Path, translator: Transl
     bad = CliRunner().invoke(app, bad_args)
     assert bad.exit_code == 1 and "layer [7] out of range" in bad.stderr
     assert not (tmp_path / "bad").exists()
+
+
+def test_grid_draws_weights_that_still_carry_gradients() -> None:
+    """Maps taken outside no_grad (tutorial 7 computes them so) draw as they are."""
+    weights = torch.softmax(torch.randn(1, 2, 3, 3, requires_grad=True), -1)
+    fig = plot_attention([weights], ["a", "b", "c"], ["a", "b", "c"], "encoder")
+    assert len(fig.axes) == 2

@@ -107,7 +107,9 @@ def plot_attention(
     for row, layer in enumerate(layer_ids):
         for col, head in enumerate(head_ids):
             ax = grid[row][col]
-            ax.imshow(maps[layer][head].float().cpu().numpy(), cmap="viridis", vmin=0.0, vmax=1.0)
+            ax.imshow(
+                maps[layer][head].detach().float().cpu().numpy(), cmap="viridis", vmin=0.0, vmax=1.0
+            )
             ax.set_title(f"layer {layer} head {head}", fontsize=8)
             ax.set_xticks(range(n_key), list(key_tokens), rotation=90, fontsize=6)
             ax.set_yticks(range(n_query), list(query_tokens), fontsize=6)
