@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 TORCH := torch==2.13.0
 SWORD_PACKAGES := sword-text-web sword-text-sparv sword-text-kjv
-BROWSER_PACKAGES := chromium chromium-driver
+BROWSER_PACKAGES := chromium chromium-driver fonts-nanum  # Hangul, for the Korean docs' screenshots
 
 # Folders ruff looks at (benchmarks/ may not exist yet; docs/hooks: the site's build code).
 CODE := $(wildcard src tests benchmarks docs/hooks)

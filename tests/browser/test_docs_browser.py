@@ -4,13 +4,14 @@ drives it): the home page, a tutorial page and the language switch.
 The site is built with `mkdocs build --strict` (tests/docs/test_docs_site.py's
 fixture) and served over HTTP from a thread. The screenshots go to pytest's temporary
 directory, or to the directory AIAYN_DOCS_SCREENSHOTS names; the committed
-`docs/assets/site-home.png` and `docs/assets/site-tutorial.png` were taken so:
+`docs/assets/site-home.png`, `site-tutorial.png` and `site-tutorial-ko.png` were taken so:
 
     AIAYN_DOCS_SCREENSHOTS=docs/assets .venv/bin/python -m pytest -q -p no:xdist \\
         tests/browser/test_docs_browser.py
 
-The tutorial screenshot is of the first tutorial page (docs/tutorials/); where there
-is none yet, of the recipe fields reference page.
+The tutorial screenshots are of tutorial 2, in English and in Korean
+(`docs/assets/site-tutorial-ko.png`: Hangul needs a font, Debian's `fonts-nanum`,
+which `make browser` installs with Chromium).
 """
 
 from __future__ import annotations
@@ -59,15 +60,7 @@ def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(chosen) if chosen else tmp_path_factory.mktemp("docs-screenshots")
 
 
-def tutorial_path() -> str:
-    """The site path of the first tutorial page, or of the recipe fields page."""
-    tutorials = sorted(
-        p for p in (ROOT / "docs" / "tutorials").glob("*.md") if not p.name.endswith(".ko.md")
-    )
-    tutorials = [p for p in tutorials if p.name != "index.md"]
-    if tutorials:
-        return f"tutorials/{tutorials[0].stem}/"
-    return "reference/recipe/"
+TUTORIAL = "tutorials/02-multi-head-attention/"  # code, a table, a figure of the heads
 
 
 def open_page(browser, url: str) -> None:  # noqa: F811
@@ -97,9 +90,19 @@ def test_the_home_page_renders_with_its_navigation_and_a_language_switch(
     assert "트랜스포머" in browser.find_element(By.TAG_NAME, "article").text
 
 
-def test_a_tutorial_page_renders_its_code_and_tables(browser, served, screenshots):  # noqa: F811
-    open_page(browser, served + tutorial_path())
-    article = browser.find_element(By.TAG_NAME, "article")
-    assert article.find_elements(By.CSS_SELECTOR, "h1")
-    assert article.find_elements(By.CSS_SELECTOR, "table, pre code")
-    browser.save_screenshot(str(screenshots / "site-tutorial.png"))
+def test_a_tutorial_page_renders_its_code_tables_and_figure_in_both_languages(
+    browser,  # noqa: F811
+    served,
+    screenshots,
+):
+    for prefix, name, words in (("", "site-tutorial.png", "Multi-head attention"),
+                                ("ko/", "site-tutorial-ko.png", "직접 구현하기")):  # fmt: skip
+        open_page(browser, served + prefix + TUTORIAL)
+        article = browser.find_element(By.TAG_NAME, "article")
+        assert words in article.find_element(By.CSS_SELECTOR, "h1").text
+        assert article.find_elements(By.CSS_SELECTOR, "pre code")
+        figures = article.find_elements(By.CSS_SELECTOR, "img")
+        assert figures, "the heads' figure is missing"
+        for image in figures:  # loaded, not a broken-image box
+            assert browser.execute_script("return arguments[0].naturalWidth", image) > 0
+        browser.save_screenshot(str(screenshots / name))
