@@ -54,6 +54,7 @@ from torch import Tensor, nn
 from aiayn.config import ModelConfig
 from aiayn.inference.decoding import new_cache
 from aiayn.inference.frozen import FrozenCrossAttention, FrozenSelfAttention
+from aiayn.inference.search import normalised
 from aiayn.models.decoder_only import DecoderOnly
 from aiayn.models.encoder_decoder import Transformer, check_ids
 from aiayn.nn.attention import MultiHeadAttention, merge_heads, split_heads
@@ -146,7 +147,11 @@ class StaticStep:
                 self.cross_values.append(self._zeros(*shape, size_v))
         # (N, S) True at real source tokens; all False in an empty slot
         self.source_mask = torch.zeros(slots, self.max_source, dtype=torch.bool, device=self.device)
-        self._step: Callable[[Tensor, Tensor], Tensor] = self._logits
+        # the step by what it returns (log-probabilities or not): eager until `compile`
+        self._steps: dict[bool, Callable[[Tensor, Tensor], Tensor]] = {
+            False: self._logits,
+            True: self._log_probs,
+        }
         self.compile_seconds: float | None = None
 
     def _zeros(self, *shape: int) -> Tensor:
@@ -249,32 +254,49 @@ class StaticStep:
             (N, V) logits in the model's dtype (compiled or not, as `compile` left it).
         """
         with torch.no_grad():
-            return self._step(tokens, positions)
+            return self._steps[False](tokens, positions)
 
-    def compile(self, mode: str | None = None) -> float:
-        """Compile the step with `torch.compile` (fixed shapes: once per process) and warm it up.
+    def log_probs(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        """`logits`, then the search's log-softmax in float32 with pad and bos at -inf
+        (`aiayn.inference.search.normalised`), in the same call.
+
+        Returns:
+            (N, V) float32 (float64 for a float64 model) log-probabilities.
+        """
+        with torch.no_grad():
+            return self._steps[True](tokens, positions)
+
+    def compile(self, log_probs: bool = True, mode: str | None = None) -> float:
+        """Compile a step with `torch.compile` (fixed shapes: once per process) and warm it up.
 
         Args:
+            log_probs: compile `log_probs` (what `aiayn.inference.engine` runs); False:
+                `logits` (what `StaticDecoder`'s search runs).
             mode: `torch.compile`'s mode (None: its default).
 
         Returns:
             Seconds the compilation and warm-up took (also `compile_seconds`).
         """
-        compiled = torch.compile(self._logits, dynamic=False, mode=mode)
+        eager = self._log_probs if log_probs else self._logits
+        compiled = torch.compile(eager, dynamic=False, mode=mode)
         began = time.perf_counter()
         tokens = torch.full((self.slots,), self.cfg.bos_id, dtype=torch.long, device=self.device)
         positions = torch.zeros(self.slots, dtype=torch.long, device=self.device)
-        saved = [t.clone() for t in (*self.self_keys, *self.self_values)]
+        stores = (*self.self_keys, *self.self_values)
+        saved = [store[:, :, :1].clone() for store in stores]
         with torch.no_grad():
             compiled(tokens, positions)  # the warm-up compiles; its writes are undone below
-        for store, copy in zip((*self.self_keys, *self.self_values), saved, strict=True):
-            store.copy_(copy)
-        self._step = compiled
+        for store, copy in zip(stores, saved, strict=True):
+            store[:, :, :1] = copy
+        self._steps[log_probs] = compiled
         self.compile_seconds = time.perf_counter() - began
         log.info(
             "compiled the decoding step for %d slots in %.1f s", self.slots, self.compile_seconds
         )
         return self.compile_seconds
+
+    def _log_probs(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        return normalised(self.cfg, self._logits(tokens, positions))
 
     def _logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """The step itself (see `logits`), every layer written out over fixed shapes."""
@@ -439,7 +461,7 @@ class StaticDecoder:
         self.cfg = model.cfg
         self.step = StaticStep(model, slots, max_target, max_source)
         if compile:
-            self.step.compile()
+            self.step.compile(log_probs=False)
 
     def start(self, src: Tensor, beam: int = 1) -> StaticDecoding:
         """The search's state for a batch (see `aiayn.inference.decoding.start`)."""
