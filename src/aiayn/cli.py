@@ -544,6 +544,17 @@ def translate(
     dtype: ModelPrecisionOpt = None,
     tokenizer: TokenizerOpt = None,
     shortlist: ShortlistOpt = None,
+    continuous: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Decode N sentences at once on the continuous-batching engine: each "
+            "takes a free slot as another finishes (0: batches of --max-tokens).",
+        ),
+    ] = 0,
+    compile: Annotated[
+        bool, typer.Option("--compile", help="With --continuous: compile its step first.")
+    ] = False,
 ) -> None:
     """Translate stdin or a file, one sentence per line, keeping order and empty lines.
 
@@ -570,7 +581,9 @@ def translate(
             seed=seed,
             **{name: value for name, value in given.items() if value is not None},
         )
-        results = translator.translate_nbest(lines, config, max_tokens, progress=output is not None)
+        results = translator.translate_nbest(
+            lines, config, max_tokens, output is not None, continuous, compile
+        )
     except (FileNotFoundError, ValueError) as err:
         raise _fail(err) from None
     if nbest == 1:

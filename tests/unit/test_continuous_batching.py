@@ -7,14 +7,19 @@ equal the same sentence decoded alone by today's search (`aiayn.inference.search
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 import torch
 from test_static_step import VOCAB, small, sources
+from typer.testing import CliRunner
 
 from aiayn import freeze
+from aiayn.apps.translate import Translator
+from aiayn.cli import app
 from aiayn.inference.engine import Engine
 from aiayn.inference.search import DecodeConfig, search
+from infer_helpers import make_run, sentences
 
 SETTINGS = {
     "greedy": dict(beam=1, extra_len=6),
@@ -126,3 +131,30 @@ def test_an_output_that_cannot_fit_the_slots_is_refused_at_submit():
     with pytest.raises(ValueError, match="does not fit the slots' max_target=10"):
         engine.submit([5, 6, 2])
     assert engine.idle
+
+
+# ----- aiayn translate through the engine ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_run(tmp_path_factory.mktemp("engine"))
+
+
+def test_cli_translate_streams_a_file_through_the_slots_as_batches_translate_it(tmp_path, run):
+    lines = [*sentences(9, seed=3), "", "river."]
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "hyp.txt"
+    args = ["-i", str(src), "-o", str(out), "--beam", "3", "--extra-len", "5"]
+    result = CliRunner().invoke(app, ["translate", str(run), *args, "--continuous", "2"])
+    assert result.exit_code == 0, result.output
+    expected = Translator.load(run).translate(lines, beam=3, extra_len=5)
+    assert out.read_text(encoding="utf-8").split("\n")[:-1] == expected
+    assert len(set(expected)) >= 5
+    assert "11/11" in result.stderr  # the progress bar counts streamed sentences
+
+
+def test_cli_translate_continuous_takes_no_negative_count(run):
+    result = CliRunner().invoke(app, ["translate", str(run), "--continuous", "-1"], input="a.\n")
+    assert result.exit_code != 0 and "--continuous" in result.output
