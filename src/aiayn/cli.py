@@ -1124,6 +1124,12 @@ def generate(
     ] = False,
     device: DeviceOpt = "cpu",
     dtype: PrecisionOpt = Precision.FP32,
+    static: Annotated[
+        bool, typer.Option("--static", help="Decode on a step of fixed shapes (same tokens).")
+    ] = False,
+    compile: Annotated[
+        bool, typer.Option("--compile", help="Compile that step first (implies --static).")
+    ] = False,
 ) -> None:
     """Continue PROMPT with a decoder-only (GPT) model, streaming tokens as they come.
 
@@ -1135,6 +1141,8 @@ def generate(
     _warnings_to_stderr()
     try:
         generator = _load_lm(run, device, "generate", dtype)
+        if static or compile:
+            generator.use_static_step(compile)
         pieces = generator.stream(prompt, max_tokens, temperature, top_k, top_p, seed, greedy)
     except (FileNotFoundError, ValueError) as err:
         raise _fail(err) from None

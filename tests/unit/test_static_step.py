@@ -8,13 +8,20 @@ token for token.
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
+from typer.testing import CliRunner
 
 from aiayn import ModelConfig, build_model, freeze
+from aiayn.cli import app
+from aiayn.data.tokenizer import TOKENIZER_FILE, train_tokenizer
 from aiayn.inference.search import DecodeConfig, search
 from aiayn.inference.static_step import StaticDecoder, StaticStep
+from aiayn.io.checkpoint import save_model
 from aiayn.models.encoder_decoder import normal_initialisation
+from infer_helpers import sentences
 
 VOCAB = 40
 SETTINGS = dict(d_model=32, n_heads=4, d_ff=64, n_layers=2, max_len=24, dropout=0.0)
@@ -146,3 +153,21 @@ def test_what_the_step_refuses_is_named():
     static = StaticDecoder(small("encoder_decoder"), slots=3)
     with pytest.raises(ValueError, match="2 sentences x beam 2 = 4 rows do not fit the step's 3"):
         static.start(sources(2), beam=2)
+
+
+def test_aiayn_generate_on_the_static_step_writes_the_same_text(tmp_path):
+    from test_generate import random_lm
+
+    tokenizer = train_tokenizer(sentences(300), tmp_path / TOKENIZER_FILE, vocab_size=48)
+    run = tmp_path / "run"
+    save_model(random_lm(tokenizer.vocab_size, seed=2), run / "model.safetensors")
+    shutil.copy(tmp_path / TOKENIZER_FILE, run / TOKENIZER_FILE)
+    texts = []
+    for extra in ([], ["--static"]):
+        for prompt in ("house", "river tree garden"):
+            args = ["generate", str(run), prompt, "--greedy", "--max-tokens", "12", *extra]
+            result = CliRunner().invoke(app, args)
+            assert result.exit_code == 0, result.output
+            texts.append(result.stdout)
+    assert texts[:2] == texts[2:]
+    assert texts[0] != texts[1] and len(texts[0]) > len("house\n")
