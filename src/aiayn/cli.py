@@ -1442,6 +1442,16 @@ def serve(
         float, typer.Option(help="Seconds a request's body may take to arrive (408 after).")
     ] = 30.0,
     threads: Annotated[int, typer.Option(help="torch threads of the inference thread.")] = 1,
+    continuous: Annotated[
+        int,
+        typer.Option(
+            help="Decode N sentences at once by continuous batching: each joins at the next "
+            "step and leaves when done (0: dynamic batching).",
+        ),
+    ] = 0,
+    compile: Annotated[
+        bool, typer.Option("--compile", help="With --continuous: compile the decoding step.")
+    ] = False,
     access_log: Annotated[bool, typer.Option(help="Log every request.")] = True,
     device: DeviceOpt = "cpu",
     dtype: ModelPrecisionOpt = None,
@@ -1470,7 +1480,13 @@ def serve(
             deadline_s=deadline,
             body_timeout_s=body_timeout,
             threads=threads,
+            continuous=continuous,
+            compile=compile,
         )
+        if continuous and shortlist is not None:
+            raise ValueError(
+                "--continuous decodes onto the whole vocabulary: it does not take --shortlist"
+            )
         _check_device(device)
         if (run / "config.json").is_file():  # a Marian directory as transformers saves it
             translator = Translator.from_marian(
