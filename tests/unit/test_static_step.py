@@ -171,3 +171,23 @@ def test_aiayn_generate_on_the_static_step_writes_the_same_text(tmp_path):
             texts.append(result.stdout)
     assert texts[:2] == texts[2:]
     assert texts[0] != texts[1] and len(texts[0]) > len("house\n")
+
+
+@pytest.mark.slow
+def test_the_compiled_step_equals_the_eager_one_with_packed_weights(monkeypatch):
+    # every product of the frozen model packed by oneDNN (opaque to the compiler: the
+    # step compiles their plain copies), as a base model's are
+    monkeypatch.setattr("aiayn.inference.frozen.PACK_MIN_ELEMENTS", 1)
+    model = freeze(small("encoder_decoder", positional="rotary"))
+    assert model.output.packed is not None
+    src = sources(2)
+    tgt = torch.randint(3, VOCAB, (2, 6))
+    tgt[:, 0] = model.cfg.bos_id
+    eager, compiled = StaticStep(model, slots=2), StaticStep(model, slots=2)
+    for step in (eager, compiled):
+        step.load_source(torch.arange(2), src)
+    assert compiled.compile(log_probs=True) > 0
+    for t in range(tgt.size(1)):
+        positions = torch.full((2,), t)
+        expected = eager.log_probs(tgt[:, t], positions)
+        torch.testing.assert_close(compiled.log_probs(tgt[:, t], positions), expected)

@@ -53,7 +53,12 @@ from torch import Tensor, nn
 
 from aiayn.config import ModelConfig
 from aiayn.inference.decoding import new_cache
-from aiayn.inference.frozen import FrozenCrossAttention, FrozenSelfAttention
+from aiayn.inference.frozen import (
+    FrozenCrossAttention,
+    FrozenFeedForward,
+    FrozenLinear,
+    FrozenSelfAttention,
+)
 from aiayn.inference.search import normalised
 from aiayn.models.decoder_only import DecoderOnly
 from aiayn.models.encoder_decoder import Transformer, check_ids
@@ -153,6 +158,7 @@ class StaticStep:
             True: self._log_probs,
         }
         self.compile_seconds: float | None = None
+        self._plain: dict[int, Tensor] = {}  # packed product -> plain weight (`compile`)
 
     def _zeros(self, *shape: int) -> Tensor:
         return torch.zeros(shape, dtype=self.dtype, device=self.device)
@@ -277,6 +283,7 @@ class StaticStep:
         Returns:
             Seconds the compilation and warm-up took (also `compile_seconds`).
         """
+        self._unpack_products()
         eager = self._log_probs if log_probs else self._logits
         compiled = torch.compile(eager, dynamic=False, mode=mode)
         began = time.perf_counter()
@@ -297,6 +304,32 @@ class StaticStep:
 
     def _log_probs(self, tokens: Tensor, positions: Tensor) -> Tensor:
         return normalised(self.cfg, self._logits(tokens, positions))
+
+    def _unpack_products(self) -> None:
+        """Plain copies of the frozen model's oneDNN-packed weights, for the compiler: an
+        opaque packed tensor does not trace, and Inductor lays out plain ones itself."""
+        for module in self.model.modules():
+            packed = getattr(module, "packed", None)
+            if isinstance(module, FrozenLinear) and packed is not None:
+                self._plain.setdefault(id(module), packed.to_dense())
+
+    def _product(self, linear: nn.Module, x: Tensor) -> Tensor:
+        """`linear(x)`; a packed `FrozenLinear` through its plain copy once compiling."""
+        plain = self._plain.get(id(linear))
+        if plain is None:
+            return linear(x)
+        out = F.linear(x, plain, linear.bias)
+        return F.relu(out) if linear.relu else out
+
+    def _feed_forward(self, ffn: nn.Module, x: Tensor) -> Tensor:
+        if not isinstance(ffn, FrozenFeedForward):
+            return ffn(x)
+        h = self._product(ffn.linear1, x)  # (N, 1, F)
+        return self._product(ffn.linear2, h if ffn.activation is None else ffn.activation(h))
+
+    def _project(self, hidden: Tensor) -> Tensor:
+        output = getattr(self.model, "output", None)  # the frozen forms' output product
+        return self.model.project(hidden) if output is None else self._product(output, hidden)
 
     def _logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """The step itself (see `logits`), every layer written out over fixed shapes."""
@@ -326,8 +359,8 @@ class StaticStep:
                 x = layer.cross_residual(x, out)
             if layer.feed_forward is not None:
                 h = layer.ff_residual.sublayer_input(x)
-                x = layer.ff_residual(x, layer.feed_forward(h))
-        return self.model.project(decoder.final_norm(x))[:, 0]  # (N, V)
+                x = layer.ff_residual(x, self._feed_forward(layer.feed_forward, h))
+        return self._project(decoder.final_norm(x))[:, 0]  # (N, V)
 
     def _self_attention(
         self,
@@ -340,7 +373,7 @@ class StaticStep:
     ) -> Tensor:
         """(N, 1, D) -> (N, 1, D): this step's keys and values written at `positions`."""
         if isinstance(attention, FrozenSelfAttention):
-            q, k, v = attention.qkv_proj(h).split(attention.sizes, dim=-1)
+            q, k, v = self._product(attention.qkv_proj, h).split(attention.sizes, dim=-1)
         else:
             q, k, v = attention.q_proj(h), attention.k_proj(h), attention.v_proj(h)
         q = split_heads(q, attention.n_heads)  # (N, H, 1, Dk)
@@ -353,7 +386,7 @@ class StaticStep:
         keys.scatter_(2, where.expand(k.shape), k.to(keys.dtype))  # (N, Hkv, L, Dk)
         values.scatter_(2, where.expand(v.shape), v.to(values.dtype))
         out = _attend(q, keys, values, mask, bias, attention.kv_of_head)
-        return _output(attention, out)
+        return self._output(attention, out)
 
     def _cross_attention(
         self,
@@ -363,10 +396,18 @@ class StaticStep:
         mask: Tensor,
     ) -> Tensor:
         """(N, 1, D) -> (N, 1, D): attend the stored source of each slot."""
-        q = split_heads(attention.q_proj(h), attention.n_heads)  # (N, H, 1, Dk)
+        q = split_heads(self._product(attention.q_proj, h), attention.n_heads)  # (N, H, 1, Dk)
         keys, values = self.cross_keys[layer], self.cross_values[layer]
         out = _attend(q, keys, values, mask, None, attention.kv_of_head)
-        return _output(attention, out)
+        return self._output(attention, out)
+
+    def _output(self, attention: nn.Module, out: Tensor) -> Tensor:
+        """(N, H, 1, Dv) heads -> (N, 1, D) through W^O (a literal module's head mask
+        applied)."""
+        head_mask = getattr(attention, "head_mask", None)
+        if head_mask is not None:
+            out = out * head_mask.to(out.dtype)[..., None, None]
+        return self._product(attention.out_proj, merge_heads(out))
 
     def _rotate(self, x: Tensor, positions: Tensor) -> Tensor:
         """`RotaryPositions.rotate` with a position per row: x (N, heads, 1, Dk)."""
@@ -421,14 +462,6 @@ def _attend(
     return F.scaled_dot_product_attention(
         q, keys, values, attn_mask=scores_mask, enable_gqa=keys.size(1) != q.size(1)
     )
-
-
-def _output(attention: nn.Module, out: Tensor) -> Tensor:
-    """(N, H, 1, Dv) heads -> (N, 1, D) through W^O (a literal module's head mask applied)."""
-    head_mask = getattr(attention, "head_mask", None)
-    if head_mask is not None:
-        out = out * head_mask.to(out.dtype)[..., None, None]
-    return attention.out_proj(merge_heads(out))
 
 
 class StaticDecoder:
