@@ -203,9 +203,7 @@ def main() -> None:
         for r in records
     ]
     print(
-        common.table(
-            ["slots", "system", "ms/step", "outside GEMM ms", "compile s", "error"], rows
-        )
+        common.table(["slots", "system", "ms/step", "outside GEMM ms", "compile s", "error"], rows)
     )
     if not args.quick:
         path = common.write_json(
