@@ -175,18 +175,22 @@ def test_aiayn_generate_on_the_static_step_writes_the_same_text(tmp_path):
 
 @pytest.mark.slow
 def test_the_compiled_step_equals_the_eager_one_with_packed_weights(monkeypatch):
+    # AOTInductor, what the apps' --compile runs (torch.compile traces the same function;
+    # one compilation is all the suite pays: about 30 s on 2 cores)
     # every product of the frozen model packed by oneDNN (opaque to the compiler: the
     # step compiles their plain copies), as a base model's are
     monkeypatch.setattr("aiayn.inference.frozen.PACK_MIN_ELEMENTS", 1)
     model = freeze(small("encoder_decoder", positional="rotary"))
     assert model.output.packed is not None
     src = sources(2)
-    tgt = torch.randint(3, VOCAB, (2, 6))
+    tgt = torch.randint(3, VOCAB, (2, 6))  # tgt[:, t] is a strided view: as the search's
     tgt[:, 0] = model.cfg.bos_id
     eager, compiled = StaticStep(model, slots=2), StaticStep(model, slots=2)
     for step in (eager, compiled):
+        step.load_source(torch.arange(2), sources(2, seed=9))
+    assert compiled.compile(log_probs=True, ahead_of_time=True) > 0
+    for step in (eager, compiled):  # another source after compiling: read, not baked in
         step.load_source(torch.arange(2), src)
-    assert compiled.compile(log_probs=True) > 0
     for t in range(tgt.size(1)):
         positions = torch.full((2,), t)
         expected = eager.log_probs(tgt[:, t], positions)

@@ -44,8 +44,10 @@ Shape legend: N slots, L target positions (`max_target`), S source positions
 from __future__ import annotations
 
 import logging
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -159,6 +161,7 @@ class StaticStep:
         }
         self.compile_seconds: float | None = None
         self._plain: dict[int, Tensor] = {}  # packed product -> plain weight (`compile`)
+        self._written: list[Tensor] | None = None  # each layer's new keys, values (exported)
 
     def _zeros(self, *shape: int) -> Tensor:
         return torch.zeros(shape, dtype=self.dtype, device=self.device)
@@ -272,25 +275,37 @@ class StaticStep:
         with torch.no_grad():
             return self._steps[True](tokens, positions)
 
-    def compile(self, log_probs: bool = True, mode: str | None = None) -> float:
-        """Compile a step with `torch.compile` (fixed shapes: once per process) and warm it up.
+    def compile(
+        self, log_probs: bool = True, mode: str | None = None, ahead_of_time: bool = False
+    ) -> float:
+        """Compile a step (fixed shapes: once per process and slot count) and warm it up.
+
+        Two compilers: `torch.compile` (Inductor behind TorchDynamo, whose guards are
+        checked at every call), or with `ahead_of_time` AOTInductor: the step is
+        exported (`torch.export`, the stores as inputs it writes in place) and compiled
+        into a shared library called without Python in between
+        (`benchmarks/bench_static_step.py` measures both).
 
         Args:
             log_probs: compile `log_probs` (what `aiayn.inference.engine` runs); False:
                 `logits` (what `StaticDecoder`'s search runs).
-            mode: `torch.compile`'s mode (None: its default).
+            mode: `torch.compile`'s mode (None: its default; not used ahead of time).
+            ahead_of_time: AOTInductor instead of `torch.compile`.
 
         Returns:
             Seconds the compilation and warm-up took (also `compile_seconds`).
         """
         self._unpack_products()
         eager = self._log_probs if log_probs else self._logits
-        compiled = torch.compile(eager, dynamic=False, mode=mode)
         began = time.perf_counter()
         tokens = torch.full((self.slots,), self.cfg.bos_id, dtype=torch.long, device=self.device)
         positions = torch.zeros(self.slots, dtype=torch.long, device=self.device)
         stores = (*self.self_keys, *self.self_values)
         saved = [store[:, :, :1].clone() for store in stores]
+        if ahead_of_time:
+            compiled = self._ahead_of_time(eager, tokens, positions)
+        else:
+            compiled = torch.compile(eager, dynamic=False, mode=mode)
         with torch.no_grad():
             compiled(tokens, positions)  # the warm-up compiles; its writes are undone below
         for store, copy in zip(stores, saved, strict=True):
@@ -301,6 +316,59 @@ class StaticStep:
             "compiled the decoding step for %d slots in %.1f s", self.slots, self.compile_seconds
         )
         return self.compile_seconds
+
+    def _stores(self) -> list[Tensor]:
+        return [*self.self_keys, *self.self_values, *self.cross_keys, *self.cross_values]
+
+    def _use_stores(self, stores: Sequence[Tensor]) -> None:
+        n, cross = self.n_layers, len(self.cross_keys)
+        self.self_keys, self.self_values = list(stores[:n]), list(stores[n : 2 * n])
+        self.cross_keys = list(stores[2 * n : 2 * n + cross])
+        self.cross_values = list(stores[2 * n + cross :])
+
+    def _ahead_of_time(
+        self, eager: Callable[[Tensor, Tensor], Tensor], tokens: Tensor, positions: Tensor
+    ) -> Callable[[Tensor, Tensor], Tensor]:
+        """`eager` exported with the stores and the source mask as inputs, compiled by
+        AOTInductor; returns a function of (tokens, positions) that passes them, and
+        writes the step's new keys and values, which the exported step returns (the
+        compiled library does not write its inputs)."""
+        step = self
+
+        class Exported(nn.Module):
+            def forward(self, tokens: Tensor, positions: Tensor, mask: Tensor, *stores: Tensor):
+                held, held_mask = step._stores(), step.source_mask
+                step._use_stores(stores)
+                step.source_mask = mask
+                step._written = []
+                try:
+                    return eager(tokens, positions), *step._written
+                finally:
+                    step._use_stores(held)
+                    step.source_mask = held_mask
+                    step._written = None
+
+        with torch.no_grad():
+            exported = torch.export.export(
+                Exported(), (tokens, positions, self.source_mask, *self._stores())
+            )
+        with tempfile.TemporaryDirectory() as folder:
+            path = str(Path(folder) / "step.pt2")
+            torch._inductor.aoti_compile_and_package(exported, package_path=path)
+            runner = torch._inductor.aoti_load_package(path)
+
+        def run(tokens: Tensor, positions: Tensor) -> Tensor:
+            # the library reads its inputs with the strides they were exported with
+            tokens, positions = tokens.contiguous(), positions.contiguous()
+            out, *written = runner(tokens, positions, self.source_mask, *self._stores())
+            where = positions[:, None, None, None]
+            for i in range(self.n_layers):
+                k, v = written[2 * i], written[2 * i + 1]
+                self.self_keys[i].scatter_(2, where.expand(k.shape), k)
+                self.self_values[i].scatter_(2, where.expand(v.shape), v)
+            return out
+
+        return run
 
     def _log_probs(self, tokens: Tensor, positions: Tensor) -> Tensor:
         return normalised(self.cfg, self._logits(tokens, positions))
@@ -383,8 +451,14 @@ class StaticStep:
             q, k = self._rotate(q, positions), self._rotate(k, positions)
         keys, values = self.self_keys[layer], self.self_values[layer]
         where = positions[:, None, None, None]
-        keys.scatter_(2, where.expand(k.shape), k.to(keys.dtype))  # (N, Hkv, L, Dk)
-        values.scatter_(2, where.expand(v.shape), v.to(values.dtype))
+        k, v = k.to(keys.dtype), v.to(values.dtype)
+        if self._written is None:
+            keys.scatter_(2, where.expand(k.shape), k)  # (N, Hkv, L, Dk)
+            values.scatter_(2, where.expand(v.shape), v)
+        else:  # exported: the caller writes them (AOTInductor leaves its inputs unchanged)
+            keys = keys.scatter(2, where.expand(k.shape), k)
+            values = values.scatter(2, where.expand(v.shape), v)
+            self._written += [k, v]
         out = _attend(q, keys, values, mask, bias, attention.kv_of_head)
         return self._output(attention, out)
 
@@ -476,7 +550,8 @@ class StaticDecoder:
         model: a `Transformer` or `DecoderOnly` (literal or frozen), in eval mode.
         slots: rows of the step; a batch needs B x beam of them.
         max_target, max_source: see `StaticStep`.
-        compile: compile the step now (`StaticStep.compile`).
+        compile: compile the step now, ahead of time (`StaticStep.compile` with
+            AOTInductor).
 
     Raises:
         ValueError: what `StaticStep` refuses.
@@ -494,7 +569,7 @@ class StaticDecoder:
         self.cfg = model.cfg
         self.step = StaticStep(model, slots, max_target, max_source)
         if compile:
-            self.step.compile(log_probs=False)
+            self.step.compile(log_probs=False, ahead_of_time=True)
 
     def start(self, src: Tensor, beam: int = 1) -> StaticDecoding:
         """The search's state for a batch (see `aiayn.inference.decoding.start`)."""
