@@ -568,6 +568,8 @@ def translate(
     _warnings_to_stderr()
     given = {"beam": beam, "alpha": alpha, "extra_len": extra_len}
     try:
+        if compile and not continuous:
+            raise ValueError("--compile compiles the engine's step: give --continuous N too")
         if output is not None:
             check_output(output, "-o")
         lines = read_lines(input) if input else list(decode_lines(sys.stdin.buffer, "<stdin>"))

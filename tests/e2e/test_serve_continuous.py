@@ -213,3 +213,5 @@ def test_cli_serve_continuous_refuses_a_negative_count_in_one_line(run):
     result = CliRunner().invoke(cli, ["serve", str(run), "--continuous", "-1"])
     assert result.exit_code == 1
     assert "continuous must be >= 0" in result.stderr and "Traceback" not in result.output
+    alone = CliRunner().invoke(cli, ["serve", str(run), "--compile"])
+    assert alone.exit_code == 1 and "set continuous too" in alone.stderr

@@ -158,3 +158,6 @@ def test_cli_translate_streams_a_file_through_the_slots_as_batches_translate_it(
 def test_cli_translate_continuous_takes_no_negative_count(run):
     result = CliRunner().invoke(app, ["translate", str(run), "--continuous", "-1"], input="a.\n")
     assert result.exit_code != 0 and "--continuous" in result.output
+    alone = CliRunner().invoke(app, ["translate", str(run), "--compile"], input="a.\n")
+    assert alone.exit_code == 1 and "give --continuous N too" in alone.stderr
+    assert alone.stderr.count("\n") == 1 and alone.stdout == ""

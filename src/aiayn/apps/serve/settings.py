@@ -69,6 +69,8 @@ class ServeConfig:
             raise ValueError(
                 f"continuous must be >= 0 (0: dynamic batching), got {self.continuous}"
             )
+        if self.compile and not self.continuous:
+            raise ValueError("compile compiles the continuous engine's step: set continuous too")
         for name in ("deadline_s", "body_timeout_s"):
             if not 0 < getattr(self, name) <= MAX_DEADLINE_S:  # nan too
                 raise ValueError(
