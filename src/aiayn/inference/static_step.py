@@ -3,7 +3,7 @@
     step = StaticStep(model, slots=32)          # caches preallocated, nothing compiled yet
     step.load_source(slots, src)                # encoder-decoder: cross-attention keys/values
     logits = step.logits(tokens, positions)     # (slots, V): every layer and the projection
-    step.compile()                              # optional: torch.compile, once per process
+    step.compile(ahead_of_time=True)            # optional: AOTInductor, once per process
 
     fast = StaticDecoder(model, slots=32)       # what the search drives (`start`)
     beam_search(fast, src)                      # the same outputs as beam_search(model, src)
@@ -26,12 +26,14 @@ everything a step reads has a fixed shape for a given number of slots (Hugging F
 - a decoder-only model's prompt runs once through the model itself (`load_prompt`:
   a prefix LM's bidirectional prefix included), and its keys and values are copied in.
 
-`StaticStep.logits` is one function of fixed shapes: `compile()` hands it to
-`torch.compile` (Inductor; its C++ backend on the CPU), which compiles it once per
-slot count. The weights are the model's own: a literal `Transformer` / `DecoderOnly`
-(any float dtype) or its frozen form (`aiayn.inference.frozen.freeze`: stacked
-products, bfloat16, int8 `Int8Linear`). Where the compiler cannot trace a product
-(int8's packed weights) the step still runs eagerly, with the same results.
+`StaticStep.logits` (and `log_probs`: the search's log-softmax in the same call) is one
+function of fixed shapes: `compile()` hands it to `torch.compile` (Inductor; its C++
+backend on the CPU) or, ahead of time, to AOTInductor (`torch.export`, then a shared
+library called without Python in between: what the apps' `--compile` runs); either
+compiles once per process and slot count. The weights are the model's own: a literal
+`Transformer` / `DecoderOnly` (any float dtype) or its frozen form
+(`aiayn.inference.frozen.freeze`: stacked products, bfloat16, int8 `Int8Linear`). The
+compiled step multiplies by plain copies of oneDNN-packed weights, which do not trace.
 
 What is not covered, and refused with a ValueError naming it: kernels other than the
 dense ones (sdpa, explicit: a sliding window or linear attention keeps other state),
