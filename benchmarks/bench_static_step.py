@@ -175,6 +175,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.size, args.slots, args.steps, args.src_len = "tiny", "1", 8, 10
+    # before torch starts OpenMP: AOTInductor's library would use every core otherwise
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
     systems = args.systems.split(",")
     unknown = [s for s in systems if s not in SYSTEMS]
     if unknown:
