@@ -142,7 +142,8 @@ def serve(handle) -> None:
 class Worker:
     """Parent side: one long-lived process running `python -m MODULE --worker system ...`
     from a repository's root (this one's, or with `root` and `pythonpath` another
-    checkout's, whose `benchmarks` folder the module is then imported from)."""
+    checkout's, whose `benchmarks` folder the module is then imported from); `env`: more
+    environment variables for it (e.g. passive OpenMP waiting)."""
 
     def __init__(
         self,
@@ -152,8 +153,11 @@ class Worker:
         threads: int,
         pythonpath: str | None = None,
         root: Path = ROOT,
+        env: dict[str, str] | None = None,
     ) -> None:
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+        env = dict(
+            os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), **(env or {})
+        )
         if pythonpath is not None:  # another checkout's aiayn (benchmarks against a commit)
             env["PYTHONPATH"] = pythonpath
         self.system = system

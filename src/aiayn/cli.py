@@ -602,6 +602,17 @@ def translate(
     dtype: ModelPrecisionOpt = None,
     tokenizer: TokenizerOpt = None,
     shortlist: ShortlistOpt = None,
+    continuous: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Decode N sentences at once on the continuous-batching engine: each "
+            "takes a free slot as another finishes (0: batches of --max-tokens).",
+        ),
+    ] = 0,
+    compile: Annotated[
+        bool, typer.Option("--compile", help="With --continuous: compile its step first.")
+    ] = False,
 ) -> None:
     """Translate stdin or a file, one sentence per line, keeping order and empty lines.
 
@@ -615,6 +626,8 @@ def translate(
     _warnings_to_stderr()
     given = {"beam": beam, "alpha": alpha, "extra_len": extra_len}
     try:
+        if compile and not continuous:
+            raise ValueError("--compile compiles the engine's step: give --continuous N too")
         if output is not None:
             check_output(output, "-o")
         lines = read_lines(input) if input else list(decode_lines(sys.stdin.buffer, "<stdin>"))
@@ -628,7 +641,9 @@ def translate(
             seed=seed,
             **{name: value for name, value in given.items() if value is not None},
         )
-        results = translator.translate_nbest(lines, config, max_tokens, progress=output is not None)
+        results = translator.translate_nbest(
+            lines, config, max_tokens, output is not None, continuous, compile
+        )
     except (FileNotFoundError, ValueError) as err:
         raise _fail(err) from None
     if nbest == 1:
@@ -1169,6 +1184,12 @@ def generate(
     ] = False,
     device: DeviceOpt = "cpu",
     dtype: PrecisionOpt = Precision.FP32,
+    static: Annotated[
+        bool, typer.Option("--static", help="Decode on a step of fixed shapes (same tokens).")
+    ] = False,
+    compile: Annotated[
+        bool, typer.Option("--compile", help="Compile that step first (implies --static).")
+    ] = False,
 ) -> None:
     """Continue PROMPT with a decoder-only (GPT) model, streaming tokens as they come.
 
@@ -1180,6 +1201,8 @@ def generate(
     _warnings_to_stderr()
     try:
         generator = _load_lm(run, device, "generate", dtype)
+        if static or compile:
+            generator.use_static_step(compile)
         pieces = generator.stream(prompt, max_tokens, temperature, top_k, top_p, seed, greedy)
     except (FileNotFoundError, ValueError) as err:
         raise _fail(err) from None
@@ -1532,6 +1555,16 @@ def serve(
         float, typer.Option(help="Seconds a request's body may take to arrive (408 after).")
     ] = 30.0,
     threads: Annotated[int, typer.Option(help="torch threads of the inference thread.")] = 1,
+    continuous: Annotated[
+        int,
+        typer.Option(
+            help="Decode N sentences at once by continuous batching: each joins at the next "
+            "step and leaves when done (0: dynamic batching).",
+        ),
+    ] = 0,
+    compile: Annotated[
+        bool, typer.Option("--compile", help="With --continuous: compile the decoding step.")
+    ] = False,
     access_log: Annotated[bool, typer.Option(help="Log every request.")] = True,
     device: DeviceOpt = "cpu",
     dtype: ModelPrecisionOpt = None,
@@ -1560,7 +1593,13 @@ def serve(
             deadline_s=deadline,
             body_timeout_s=body_timeout,
             threads=threads,
+            continuous=continuous,
+            compile=compile,
         )
+        if continuous and shortlist is not None:
+            raise ValueError(
+                "--continuous decodes onto the whole vocabulary: it does not take --shortlist"
+            )
         _check_device(device)
         if (run / "config.json").is_file():  # a Marian directory as transformers saves it
             translator = Translator.from_marian(

@@ -6,7 +6,8 @@
         print(piece, end="", flush=True)                 # text as the tokens come
 
 The prompt fills the model's key/value cache once (`aiayn.inference.decoding.start`); every
-step then runs one new token through the frozen model (`aiayn.inference.frozen.freeze`)
+step then runs one new token through the frozen model (`aiayn.inference.frozen.freeze`;
+with `use_static_step`, a step of fixed shapes, compiled or not, `aiayn.inference.static_step`)
 and picks the next one with the search's own pickers (`aiayn.inference.search.greedy_pick`,
 `sampling_picker`: temperature, top-k, top-p, seeded), after the same rules as
 every search (`aiayn.inference.search.next_log_probs`: pad and bos are never generated).
@@ -32,6 +33,7 @@ from aiayn.data.tokenizer import Tokenizer
 from aiayn.inference.decoding import start as start_decoding
 from aiayn.inference.frozen import freeze
 from aiayn.inference.search import Picker, TokenRules, greedy_pick, next_log_probs, sampling_picker
+from aiayn.inference.static_step import StaticDecoder
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +77,19 @@ class Generator(ModelUser):
         self.model = model.to(self.device, dtype=dtype).eval()
         self.engine = freeze(self.model)
         self.tokenizer = tokenizer
+        self.static: StaticDecoder | None = None  # `use_static_step`
+
+    def use_static_step(self, compile: bool = False) -> None:
+        """Decode on a step of fixed shapes from now on (`aiayn.inference.static_step`):
+        one slot holding `max_len` positions, the same tokens as before.
+
+        Args:
+            compile: compile the step now (`torch.compile`, once per process).
+
+        Raises:
+            ValueError: a model the static step does not cover (naming what).
+        """
+        self.static = StaticDecoder(self.engine, slots=1, compile=compile)
 
     # ----- generating ---------------------------------------------------------
 
@@ -196,7 +211,7 @@ class Generator(ModelUser):
                 max_new_tokens,
             )
         prompt = torch.tensor([list(prompt_ids)], dtype=torch.long, device=self.device)
-        decoding = start_decoding(self.engine, prompt)
+        decoding = start_decoding(self.engine if self.static is None else self.static, prompt)
         last = torch.tensor([cfg.bos_id], device=self.device)
         rules = TokenRules()
         for _ in range(min(max_new_tokens, room)):

@@ -36,8 +36,9 @@ from tqdm import tqdm
 
 from aiayn.apps.model_use import ENCODER_DECODER, check_shape, run_files
 from aiayn.data.tokenizer import TOKENIZER_FILE, SentencePieceTokenizer, Tokenizer
+from aiayn.inference.engine import Engine
 from aiayn.inference.frozen import freeze
-from aiayn.inference.search import DecodeConfig, Hypothesis, search
+from aiayn.inference.search import DecodeConfig, Hypothesis, max_output_lengths, search
 from aiayn.inference.shortlist import Shortlist, Shortlisted, vocabulary_digest
 from aiayn.io.checkpoint import find_in_run, int8_weights, load_model
 from aiayn.io.marian import (
@@ -296,13 +297,19 @@ class Translator:
         config: DecodeConfig | None = None,
         max_tokens: int = 4096,
         progress: bool = False,
+        continuous: int = 0,
+        compile: bool = False,
     ) -> list[list[Translation]]:
         """Up to `config.nbest` translations per sentence, best first, in input order.
 
         An empty (or blank) sentence gets an empty list. `config` defaults to the
-        translator's. `translate_ids` of the sentences' `encode`.
+        translator's. `translate_ids` of the sentences' `encode`, or with `continuous`
+        N > 0 `stream_ids` (N sentences at once, `compile` as it says).
         """
-        return self.translate_ids(self.encode(sentences), config, max_tokens, progress)
+        rows = self.encode(sentences)
+        if continuous > 0:
+            return self.stream_ids(rows, config, continuous, compile, progress)
+        return self.translate_ids(rows, config, max_tokens, progress)
 
     def translate_ids(
         self,
@@ -344,6 +351,61 @@ class Translator:
                 for i, hyps in zip(batch, search(self.engine, src, config), strict=True):
                     results[i] = [Translation(self.tokenizer.decode(h.tokens), h) for h in hyps]
                 bar.update(len(batch))
+        return results
+
+    def stream_ids(
+        self,
+        rows: Sequence[Sequence[int]],
+        config: DecodeConfig | None = None,
+        sentences: int = 16,
+        compile: bool = False,
+        progress: bool = False,
+    ) -> list[list[Translation]]:
+        """`translate_ids` on the continuous-batching engine (`aiayn.inference.engine`):
+        the rows stream through a table of `sentences` x beam slots, each taking a free
+        group as one finishes, instead of being cut into batches. The outputs are
+        `translate_ids`'s.
+
+        The slots hold the longest row's source and its longest output
+        (`max_output_lengths`), not the model's `max_len`.
+
+        Args:
+            rows, config, progress: as for `translate_ids`.
+            sentences: sentences decoded at once (>= 1).
+            compile: compile the engine's step first (`torch.compile`, once: minutes on
+                a busy CPU; see docs/explanation/decoding-engine.md).
+
+        Raises:
+            ValueError: `sentences` below 1, or an output shortlist (the engine runs the
+                whole vocabulary).
+        """
+        config = config or self.decode
+        if isinstance(self.engine, Shortlisted):
+            raise ValueError(
+                "the continuous-batching engine projects onto the whole vocabulary: "
+                "it does not take an output shortlist"
+            )
+        eos = self.model.cfg.eos_id
+        results: list[list[Translation]] = [[] for _ in rows]
+        work = [i for i, row in enumerate(rows) if any(t != eos for t in row)]
+        with tqdm(total=len(rows), disable=not progress, unit="sent", dynamic_ncols=True) as bar:
+            bar.update(len(rows) - len(work))
+            if not work:
+                return results
+            longest = max(len(rows[i]) for i in work)
+            max_target = max_output_lengths(
+                torch.tensor([longest]), config.extra_len, self.model.cfg.max_len,
+                config.max_output_len,
+            )  # fmt: skip
+            engine = Engine(
+                self.engine, config, sentences, int(max_target), longest, compile=compile
+            )
+            for done in engine.run(rows[i] for i in work):
+                hyps = done.hypotheses
+                results[work[done.request]] = [
+                    Translation(self.tokenizer.decode(h.tokens), h) for h in hyps
+                ]
+                bar.update(1)
         return results
 
     def encode(self, texts: Sequence[str], indices: Sequence[int] | None = None) -> list[list[int]]:

@@ -152,6 +152,13 @@ def next_log_probs(
     Rows where `at_limit` (rows,) is True may only end (see `_only_eos`).
     """
     logits = decoding.step(last)  # (rows, V), only the new position
+    return apply_rules(cfg, normalised(cfg, logits), rules, at_limit)
+
+
+def normalised(cfg: ModelConfig, logits: Tensor) -> Tensor:
+    """(rows, V) logits -> log-probabilities in at least float32, pad and bos at -inf.
+
+    The logits are taken as this step's own: they may be overwritten."""
     if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()  # sum log-probabilities in at least float32
     logits = logits.contiguous()  # a copy only if the model returned more positions
@@ -159,6 +166,14 @@ def next_log_probs(
     log_probs = torch.log_softmax(logits, dim=-1, out=logits)
     log_probs[:, cfg.pad_id] = NEG_INF
     log_probs[:, cfg.bos_id] = NEG_INF
+    return log_probs
+
+
+def apply_rules(
+    cfg: ModelConfig, log_probs: Tensor, rules: TokenRules, at_limit: Tensor | None = None
+) -> Tensor:
+    """`rules` (banned ids, eos only where `at_limit`, renormalisation) applied to (rows, V)
+    log-probabilities from `normalised` (in place where it can)."""
     if rules.banned_ids:
         log_probs[:, list(rules.banned_ids)] = NEG_INF
     if at_limit is not None:

@@ -40,8 +40,22 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from aiayn.apps.serve.batcher import Batcher, DeadlineExceeded, QueueFull, Sentence, Stopped, Ticket
-from aiayn.apps.serve.engine import Options, TranslationEngine, corpus_heads, model_info
+from aiayn.apps.serve.batcher import (
+    Batcher,
+    ContinuousBatcher,
+    DeadlineExceeded,
+    QueueFull,
+    Sentence,
+    Stopped,
+    Ticket,
+)
+from aiayn.apps.serve.engine import (
+    ContinuousEngine,
+    Options,
+    TranslationEngine,
+    corpus_heads,
+    model_info,
+)
 from aiayn.apps.serve.metrics import CONTENT_TYPE, ServerMetrics
 from aiayn.apps.serve.settings import ServeConfig
 from aiayn.apps.translate import Translator
@@ -81,14 +95,24 @@ def create_app(translator: Translator, settings: ServeConfig, source: Path) -> F
     The inference thread starts with the app's lifespan and, on shutdown, decodes
     what is queued before it stops.
     """
-    engine = TranslationEngine(translator, settings.threads, corpus_heads(source))
     metrics = ServerMetrics(queue_depth=lambda: batcher.depth())
-    batcher = Batcher(
-        engine.run_batch,
-        settings.batch_limits(),
-        on_batch=metrics.batch,
-        on_start=engine.start_thread,
-    )
+    batcher: Batcher
+    if settings.continuous:  # sentences join and leave a table of slots at every step
+        engine: TranslationEngine = ContinuousEngine(
+            translator, settings.threads, corpus_heads(source), settings.continuous,
+            settings.compile,
+        )  # fmt: skip
+        batcher = ContinuousBatcher(
+            engine, settings.batch_limits(), on_batch=metrics.batch, on_start=engine.start_thread
+        )
+    else:
+        engine = TranslationEngine(translator, settings.threads, corpus_heads(source))
+        batcher = Batcher(
+            engine.run_batch,
+            settings.batch_limits(),
+            on_batch=metrics.batch,
+            on_start=engine.start_thread,
+        )
     info = {**model_info(translator, source), "limits": _limits(settings)}
 
     @contextlib.asynccontextmanager

@@ -30,6 +30,10 @@ groups; choosing its neighbours by length keeps padding small.
 A request whose client left (`Ticket.cancel`) or whose deadline passed loses the
 sentences not yet in a batch; a sentence already being decoded finishes, and its
 result is dropped.
+
+`ContinuousBatcher` keeps the queue and its rules but empties it otherwise: into a
+table of slots (`Stepper`, `aiayn.inference.engine`) that sentences join at every
+step and leave as soon as they finish, or as soon as their request is given up.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ import time
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -297,3 +301,125 @@ class Batcher:
         for w, result in zip(batch, results, strict=True):
             if w.ticket.live:
                 w.ticket.deliver(w.index, result)
+
+
+# ----- continuous batching: sentences join and leave at every step --------------------
+
+
+class Stepper(Protocol):
+    """What `ContinuousBatcher` runs: a table that sentences join and leave at every
+    step (`aiayn.apps.serve.engine.TranslationEngine` over `aiayn.inference.engine`).
+    Called only from the inference thread."""
+
+    def room(self, options: Hashable) -> int:
+        """Sentences with `options` that can join now (0 while others' options run)."""
+        ...
+
+    def join(self, options: Hashable, sentence: Sentence) -> Hashable:
+        """Queue a sentence for the next step; returns its handle."""
+        ...
+
+    def leave(self, handle: Hashable) -> None:
+        """Drop a sentence (its slots are freed at once)."""
+        ...
+
+    def advance(self) -> list[tuple[Hashable, Any]]:
+        """One step of every sentence in the table; (handle, result) of those finished."""
+        ...
+
+    @property
+    def busy(self) -> bool:
+        """Some sentence is in the table."""
+        ...
+
+
+class ContinuousBatcher(Batcher):
+    """The bounded queue, emptied into a `Stepper` at every step (continuous batching).
+
+    The queue, its limits (`queue_size`), `submit`, deadlines, cancelling and `close`
+    (draining) are `Batcher`'s; `max_tokens`, `max_batch` and `max_wait` are not used:
+    the table's size bounds the work, and a sentence joins at the next step rather than
+    waiting for company. At every step the inference thread moves the queue's oldest
+    sentences into the table, first in first out, while the table has room for their
+    options (a sentence of other options waits until the table has drained, and those
+    behind it wait too, so that none starves); drops the sentences of requests whose
+    client left or whose deadline passed, from the queue and from the table (their
+    slots are freed at once); runs one step; and delivers what it finished.
+
+    Args:
+        stepper: the table (`Stepper`).
+        limits: the queue size (the other limits are not used).
+        on_batch: called with the number of sentences that joined, at each step some
+            did (for metrics), on the inference thread.
+        on_start: called first thing on the inference thread.
+    """
+
+    def __init__(
+        self,
+        stepper: Stepper,
+        limits: BatchLimits,
+        on_batch: Callable[[int], None] | None = None,
+        on_start: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__(_no_batches, limits, on_batch, on_start)
+        self.stepper = stepper
+        self._inside: dict[Hashable, _Waiting] = {}  # handle -> the sentence in the table
+
+    def _loop(self) -> None:
+        if self.on_start is not None:
+            self.on_start()
+        while True:
+            with self._changed:
+                self._drop_dead()
+                while not self._waiting and not self._inside:
+                    if self._closing:
+                        return
+                    self._changed.wait()
+                    self._drop_dead()
+                joining = self._joining()
+            try:
+                self._step(joining)
+            except Exception as err:  # a failing step fails the table's requests only
+                log.exception("a decoding step with %d sentences failed", len(self._inside))
+                for handle, w in list(self._inside.items()):
+                    self._leave(handle)
+                    if w.ticket.live:
+                        w.ticket.fail(err)
+
+    def _joining(self) -> list[_Waiting]:
+        """Take the queue's oldest sentences that fit the table now. Holds the lock."""
+        joining: list[_Waiting] = []
+        while self._waiting:
+            head = self._waiting[0]
+            if joining and head.options != joining[0].options:  # one options at a time
+                break
+            if self.stepper.room(head.options) <= len(joining):
+                break
+            joining.append(self._waiting.pop(0))
+        return joining
+
+    def _step(self, joining: list[_Waiting]) -> None:
+        for w in joining:
+            self._inside[self.stepper.join(w.options, w.sentence)] = w
+        if joining and self.on_batch is not None:
+            self.on_batch(len(joining))
+        now = time.monotonic()
+        for handle, w in list(self._inside.items()):  # clients gone or out of time
+            if w.ticket.live and now > w.ticket.deadline:
+                w.ticket.fail(DeadlineExceeded("the request's deadline passed"))
+            if not w.ticket.live:
+                self._leave(handle)
+        if not self.stepper.busy:
+            return
+        for handle, result in self.stepper.advance():
+            w = self._inside.pop(handle)
+            if w.ticket.live:
+                w.ticket.deliver(w.index, result)
+
+    def _leave(self, handle: Hashable) -> None:
+        self.stepper.leave(handle)
+        del self._inside[handle]
+
+
+def _no_batches(options: Hashable, sentences: list[Sentence]) -> list[Any]:
+    raise AssertionError("a ContinuousBatcher runs a Stepper, not batches")

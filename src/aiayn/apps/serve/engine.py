@@ -17,7 +17,9 @@ import torch
 
 from aiayn.apps.serve.batcher import Sentence
 from aiayn.apps.translate import Translator
+from aiayn.inference.engine import Engine
 from aiayn.inference.search import DecodeConfig
+from aiayn.inference.shortlist import Shortlisted
 from aiayn.io.checkpoint import find_in_run
 
 log = logging.getLogger(__name__)
@@ -100,6 +102,101 @@ class TranslationEngine:
                     self.translator, text, options.decode, best, corpus=self.corpus
                 )
         return results
+
+
+class ContinuousEngine(TranslationEngine):
+    """A `Translator` behind the `ContinuousBatcher`: a `Stepper` over the continuous-batching
+    engine (`aiayn.inference.engine.Engine`).
+
+    One `Engine` per decoding configuration, made when first asked for (its step is
+    compiled then, with `compile`), of `sentences` x beam slots holding the model's
+    `max_len` positions; one runs at a time, and another's sentences join once it has
+    drained. Results are `run_batch`'s: the translation and, when asked, the explorer's
+    attention maps of the hypothesis the engine found.
+
+    Args:
+        translator, threads, corpus: as for `TranslationEngine`.
+        sentences: sentences decoded at once (>= 1).
+        compile: compile each engine's step when it is made.
+
+    Raises:
+        ValueError: an output shortlist (the engine projects onto the whole vocabulary).
+    """
+
+    def __init__(
+        self,
+        translator: Translator,
+        threads: int,
+        corpus: dict[Any, dict[str, Any]] | None = None,
+        sentences: int = 16,
+        compile: bool = False,
+    ) -> None:
+        super().__init__(translator, threads, corpus)
+        if isinstance(translator.engine, Shortlisted):
+            raise ValueError(
+                "continuous batching projects onto the whole vocabulary: it does not take "
+                "an output shortlist"
+            )
+        self.sentences, self.compile = sentences, compile
+        self._engines: dict[DecodeConfig, Engine] = {}
+        self._running: DecodeConfig | None = None
+        self._joined: dict[tuple[DecodeConfig, int], tuple[Options, Sentence]] = {}
+
+    def _engine(self, config: DecodeConfig) -> Engine:
+        if config not in self._engines:
+            self._engines[config] = Engine(
+                self.translator.engine, config, self.sentences, compile=self.compile
+            )
+        return self._engines[config]
+
+    def room(self, options: Options) -> int:
+        if self.busy and options.decode != self._running:
+            return 0
+        engine = self._engine(options.decode)
+        return engine.free_groups - engine.queued
+
+    def join(self, options: Options, sentence: Sentence) -> tuple[DecodeConfig, int]:
+        if not any(t != self.translator.model.cfg.eos_id for t in sentence.ids):  # blank
+            handle = (options.decode, -1 - len(self._joined))
+            self._joined[handle] = (options, sentence)
+            return handle
+        self._running = options.decode
+        handle = (options.decode, self._engine(options.decode).submit(sentence.ids))
+        self._joined[handle] = (options, sentence)
+        return handle
+
+    def leave(self, handle: tuple[DecodeConfig, int]) -> None:
+        config, request = handle
+        if request >= 0:
+            self._engine(config).cancel(request)
+        self._joined.pop(handle, None)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._joined)
+
+    def advance(self) -> list[tuple[tuple[DecodeConfig, int], dict[str, Any]]]:
+        finished = [handle for handle in self._joined if handle[1] < 0]  # blank: nothing to run
+        found: dict[tuple[DecodeConfig, int], Any] = dict.fromkeys(finished)
+        if self._running is not None:
+            for done in self._engine(self._running).advance():
+                found[(self._running, done.request)] = done.hypotheses
+        out = []
+        for handle, hypotheses in found.items():
+            options, sentence = self._joined.pop(handle)
+            best = hypotheses[0] if hypotheses else None
+            text = self.translator.tokenizer.decode(best.tokens) if best else ""
+            result: dict[str, Any] = {"translation": text}
+            if options.attention:
+                if self.attention_payload is None:
+                    raise RuntimeError(
+                        "attention maps need aiayn.apps.explorer, which is not installed"
+                    )
+                result["attention"] = self.attention_payload(
+                    self.translator, sentence.text, options.decode, best, corpus=self.corpus
+                )
+            out.append((handle, result))
+        return out
 
 
 def model_info(translator: Translator, source: Path) -> dict[str, Any]:

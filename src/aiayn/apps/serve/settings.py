@@ -35,6 +35,12 @@ class ServeConfig:
             `MAX_DEADLINE_S`.
         threads: torch's intra-op threads for the inference thread (at most the
             machine's cores).
+        continuous: with N > 0, sentences are decoded N at once by continuous batching
+            (`aiayn.apps.serve.batcher.ContinuousBatcher`): each joins the table of
+            slots at the next step and leaves it when done; `max_tokens`, `max_batch`
+            and `max_wait_ms` are then not used. 0: dynamic batching.
+        compile: with `continuous`, compile the table's decoding step (once per
+            decoding configuration, when first asked for).
     """
 
     queue_size: int = 256
@@ -48,6 +54,8 @@ class ServeConfig:
     deadline_s: float = 30.0
     body_timeout_s: float = 30.0
     threads: int = 1
+    continuous: int = 0
+    compile: bool = False
 
     def __post_init__(self) -> None:
         positive = (
@@ -57,6 +65,12 @@ class ServeConfig:
         for name in positive.split():
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.continuous < 0:
+            raise ValueError(
+                f"continuous must be >= 0 (0: dynamic batching), got {self.continuous}"
+            )
+        if self.compile and not self.continuous:
+            raise ValueError("compile compiles the continuous engine's step: set continuous too")
         for name in ("deadline_s", "body_timeout_s"):
             if not 0 < getattr(self, name) <= MAX_DEADLINE_S:  # nan too
                 raise ValueError(

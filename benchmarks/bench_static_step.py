@@ -1,0 +1,221 @@
+"""One decoding step: today's cached decoder against the static step, eager, compiled and
+AOTInductor-exported; with the compile times.
+
+    python -m benchmarks.bench_static_step [--quick] [--slots 1,32] [--size small]
+
+For a random-weight encoder-decoder of the size asked for (`ModelConfig.tiny` for
+--quick, else `common`'s Marian sizes through `ModelConfig.base`'s shape), frozen in
+fp32 (`freeze`), every system decodes `--steps` steps of greedy search for `--slots`
+rows, after a warm-up of the same length, and reports the median time of one step:
+
+- "cache": today's step, `EncoderDecoderDecoding.step` of the frozen model (a growing
+  key/value cache, dozens of PyTorch calls from Python), plus the search's log-softmax;
+- "static": `StaticStep.log_probs`, eager (fixed shapes, positions as tensors);
+- "compiled": the same step through `torch.compile` (Inductor, C++ on the CPU);
+- "aoti": the same step exported by `torch.export` and compiled ahead of time by
+  AOTInductor (`torch._inductor.aoti_compile_and_package`), then loaded and called.
+
+Compile time is the first call's (compilation and warm-up), paid once per process
+and slot count. "outside GEMM" is one step's time less its matrix products', from
+`torch.profiler` (the issue's per-step overhead measure), for the eager systems.
+The machine's load average is printed with the results: on a shared machine the
+times are noisy, and only ratios of one run mean anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks import common
+
+SYSTEMS = ("cache", "static", "compiled", "aoti")
+GEMM_OPS = ("addmm", "mm", "bmm", "linear", "_linear_pointwise", "linear_dynamic", "matmul")
+
+
+def build_model(size: str, max_len: int):
+    import torch
+
+    from aiayn import ModelConfig, build_model, freeze
+
+    torch.manual_seed(0)
+    if size == "tiny":
+        cfg = ModelConfig.tiny(vocab_size=1000, max_len=max_len, dropout=0.0)
+    else:
+        width = {"small": 256, "base": 512}[size]
+        cfg = ModelConfig.base(
+            vocab_size=common.VOCAB,
+            d_model=width,
+            n_heads=8,
+            d_ff=4 * width,
+            max_len=max_len,
+            dropout=0.0,
+        )
+    return freeze(build_model(cfg).eval())
+
+
+def time_steps(step, n: int) -> list[float]:
+    """Seconds of each of `n` calls of `step(i)`."""
+    times = []
+    for i in range(n):
+        began = time.perf_counter()
+        step(i)
+        times.append(time.perf_counter() - began)
+    return times
+
+
+def gemm_ms(step, n: int) -> float:
+    """Milliseconds per step in matrix products, from torch.profiler (its second run: the
+    first pays the profiler's start-up)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(2):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for i in range(n):
+                step(i)
+    gemm_us = sum(
+        e.self_cpu_time_total
+        for e in prof.key_averages()
+        if any(e.key.endswith(op) for op in GEMM_OPS)
+    )
+    return gemm_us / 1000 / n
+
+
+def measure(system: str, model, slots: int, steps: int, src_len: int) -> dict:
+    import torch
+
+    from aiayn.inference.decoding import start
+    from aiayn.inference.search import normalised
+    from aiayn.inference.static_step import StaticStep
+
+    cfg = model.cfg
+    src = torch.randint(3, cfg.vocab_size, (slots, src_len))
+    src[:, -1] = cfg.eos_id
+    record = {"system": system, "slots": slots}
+    with torch.inference_mode():
+        if system == "cache":
+
+            def run(i: int) -> None:
+                nonlocal state
+                if i % steps == 0:
+                    state = start(model, src)
+                last = torch.full((slots,), cfg.bos_id if i % steps == 0 else 5)
+                normalised(cfg, state.step(last))
+
+            state = None
+            began = time.perf_counter()
+            run(0)
+            record["compile_s"] = time.perf_counter() - began
+        else:
+            step = StaticStep(model, slots, max_target=steps + 1, max_source=src_len)
+            step.load_source(torch.arange(slots), src)
+            call = step.log_probs
+            began = time.perf_counter()
+            if system == "compiled":
+                step.compile(log_probs=True)
+            elif system == "aoti":
+                call = aoti_step(step)
+            record["compile_s"] = time.perf_counter() - began
+            tokens = torch.full((slots,), cfg.bos_id)
+
+            def run(i: int) -> None:
+                call(tokens, torch.full((slots,), i % steps))
+
+        for i in range(steps):  # warm-up: a whole output's steps
+            run(i)
+        record["ms_per_step"] = 1000 * statistics.median(time_steps(run, steps))
+        if system in ("cache", "static"):  # the step's time without the profiler, less GEMM's
+            record["outside_gemm_ms"] = record["ms_per_step"] - gemm_ms(run, steps)
+    return record
+
+
+def aoti_step(step):
+    """The step exported (`torch.export`, caches as mutated buffers) and compiled ahead of
+    time by AOTInductor; returns a function of (tokens, positions)."""
+    import torch
+
+    layers = len(step.self_keys)
+
+    class Step(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            for i, (k, v) in enumerate(zip(step.self_keys, step.self_values, strict=True)):
+                self.register_buffer(f"k{i}", k)
+                self.register_buffer(f"v{i}", v)
+
+        def forward(self, tokens, positions):
+            # the buffers as export traces them (functional), not the tensors themselves
+            step.self_keys = [getattr(self, f"k{i}") for i in range(layers)]
+            step.self_values = [getattr(self, f"v{i}") for i in range(layers)]
+            return step._log_probs(tokens, positions)
+
+    module = Step()
+    tokens = torch.full((step.slots,), step.cfg.bos_id)
+    positions = torch.zeros(step.slots, dtype=torch.long)
+    exported = torch.export.export(module, (tokens, positions))
+    path = Path(tempfile.mkdtemp()) / "step.pt2"
+    torch._inductor.aoti_compile_and_package(exported, package_path=str(path))
+    loaded = torch._inductor.aoti_load_package(str(path))
+    return loaded
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="small", choices=("tiny", "small", "base"))
+    parser.add_argument("--slots", default="1,32", help="rows per step, in turn")
+    parser.add_argument("--steps", type=int, default=30, help="steps timed (and warmed up)")
+    parser.add_argument("--src-len", type=int, default=30)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"of {SYSTEMS}")
+    parser.add_argument("--quick", action="store_true", help="tiny model, 1 slot, 8 steps")
+    args = parser.parse_args()
+    if args.quick:
+        args.size, args.slots, args.steps, args.src_len = "tiny", "1", 8, 10
+    # before torch starts OpenMP: AOTInductor's library would use every core otherwise
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    systems = args.systems.split(",")
+    unknown = [s for s in systems if s not in SYSTEMS]
+    if unknown:
+        parser.error(f"unknown system(s) {', '.join(unknown)}; known: {', '.join(SYSTEMS)}")
+    common.set_threads(args.threads)
+    model = build_model(args.size, max_len=max(64, args.steps + args.src_len + 2))
+    records = []
+    for slots in map(int, args.slots.split(",")):
+        for system in systems:
+            try:
+                records.append(measure(system, model, slots, args.steps, args.src_len))
+            except Exception as err:  # a system this PyTorch cannot build is reported, not fatal
+                records.append({"system": system, "slots": slots, "error": repr(err)[:300]})
+    load = os.getloadavg()
+    print(
+        f"\nOne decoding step, {args.size} model, {args.threads} thread(s), median of "
+        f"{args.steps}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
+        f"{common.device_name('cpu')}\n"
+    )
+    rows = [
+        [
+            r["slots"],
+            r["system"],
+            "" if "ms_per_step" not in r else f"{r['ms_per_step']:.2f}",
+            "" if "outside_gemm_ms" not in r else f"{r['outside_gemm_ms']:.2f}",
+            "" if "compile_s" not in r else f"{r['compile_s']:.1f}",
+            r.get("error", ""),
+        ]
+        for r in records
+    ]
+    print(
+        common.table(["slots", "system", "ms/step", "outside GEMM ms", "compile s", "error"], rows)
+    )
+    if not args.quick:
+        path = common.write_json(
+            "static_step", {"args": vars(args), "load": load, "results": records}
+        )
+        print(f"\nwritten {path}")
+
+
+if __name__ == "__main__":
+    main()

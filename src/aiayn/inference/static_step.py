@@ -1,0 +1,654 @@
+"""A decoding step of fixed shapes: one call per step over a table of slots.
+
+    step = StaticStep(model, slots=32)          # caches preallocated, nothing compiled yet
+    step.load_source(slots, src)                # encoder-decoder: cross-attention keys/values
+    logits = step.logits(tokens, positions)     # (slots, V): every layer and the projection
+    step.compile(ahead_of_time=True)            # optional: AOTInductor, once per process
+
+    fast = StaticDecoder(model, slots=32)       # what the search drives (`start`)
+    beam_search(fast, src)                      # the same outputs as beam_search(model, src)
+
+Why: the incremental decoder of `aiayn.inference.decoding` grows its caches and feeds
+Python ints (the cache's length) to the positions, so every step is dozens of small
+PyTorch calls whose shapes change, which no compiler can turn into one program. Here
+everything a step reads has a fixed shape for a given number of slots (Hugging Face's
+"static cache" makes the same trade):
+
+- each slot's self-attention keys and values are preallocated up to `max_target`
+  positions, (slots, Hkv, L, Dk) per layer; a step writes its keys at each slot's own
+  position (`scatter_`) and attends all L with a mask of the positions written so far;
+- positions are a (slots,) tensor, not a Python int, so slots may stand at different
+  positions (continuous batching, `aiayn.inference.engine`): position vectors, rotary
+  angles and attention biases are rows of tables made once;
+- an encoder-decoder's cross-attention keys and values are computed once per source
+  (`load_source`) and stored per slot, (slots, Hkv, S, Dk) with S = `max_source`, with
+  the source's padding as a mask;
+- a decoder-only model's prompt runs once through the model itself (`load_prompt`:
+  a prefix LM's bidirectional prefix included), and its keys and values are copied in.
+
+`StaticStep.logits` (and `log_probs`: the search's log-softmax in the same call) is one
+function of fixed shapes: `compile()` hands it to `torch.compile` (Inductor; its C++
+backend on the CPU) or, ahead of time, to AOTInductor (`torch.export`, then a shared
+library called without Python in between: what the apps' `--compile` runs); either
+compiles once per process and slot count. The weights are the model's own: a literal
+`Transformer` / `DecoderOnly` (any float dtype) or its frozen form
+(`aiayn.inference.frozen.freeze`: stacked products, bfloat16, int8 `Int8Linear`). The
+compiled step multiplies by plain copies of oneDNN-packed weights, which do not trace.
+
+What is not covered, and refused with a ValueError naming it: kernels other than the
+dense ones (sdpa, explicit: a sliding window or linear attention keeps other state),
+rotary schemes other than `RotaryPositions`, and token types in the decoder.
+
+Shape legend: N slots, L target positions (`max_target`), S source positions
+(`max_source`), D d_model, H heads, Hkv key/value heads, Dk / Dv head sizes, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from aiayn.config import ModelConfig
+from aiayn.inference.decoding import new_cache
+from aiayn.inference.frozen import (
+    FrozenCrossAttention,
+    FrozenFeedForward,
+    FrozenLinear,
+    FrozenSelfAttention,
+)
+from aiayn.inference.search import normalised
+from aiayn.models.decoder_only import DecoderOnly
+from aiayn.models.encoder_decoder import Transformer, check_ids
+from aiayn.nn.attention import MultiHeadAttention, merge_heads, split_heads
+from aiayn.nn.kernels import expand_kv
+from aiayn.nn.kernels.explicit import ExplicitKernel
+from aiayn.nn.kernels.sdpa import SdpaKernel
+from aiayn.nn.positions.rotary import RotaryPositions
+
+log = logging.getLogger(__name__)
+
+_DENSE_KERNELS = (SdpaKernel, ExplicitKernel)
+
+
+class StaticStep:
+    """The decoder of `model` as one step of fixed shapes over `slots` rows (see the module).
+
+    Args:
+        model: a `Transformer` or `DecoderOnly` (or `PrefixLM`), literal or frozen, in
+            eval mode; its weights are used, not copied.
+        slots: N, rows decoded by every step.
+        max_target: L, positions each slot's self-attention holds (default and most:
+            `cfg.max_len`).
+        max_source: S, source positions each slot's cross-attention holds (an
+            encoder-decoder's; default and most: `cfg.max_len`).
+
+    Raises:
+        ValueError: another model shape, a kernel or position scheme the step does not
+            cover, or sizes out of range (naming them).
+    """
+
+    def __init__(
+        self,
+        model: Transformer | DecoderOnly,
+        slots: int,
+        max_target: int | None = None,
+        max_source: int | None = None,
+    ) -> None:
+        if not isinstance(model, Transformer | DecoderOnly):
+            raise ValueError(
+                f"{type(model).__name__} has no decoder to step: StaticStep takes a "
+                "Transformer or a DecoderOnly model"
+            )
+        cfg: ModelConfig = model.cfg
+        self.cfg = cfg
+        self.model = model
+        self.cross = isinstance(model, Transformer)
+        self.max_target = _checked_size(max_target, cfg.max_len, "max_target")
+        self.max_source = _checked_size(max_source, cfg.max_len, "max_source") if self.cross else 0
+        if slots < 1:
+            raise ValueError(f"slots must be >= 1, got {slots}")
+        self.slots = slots
+        decoder = model.decoder
+        embedding = decoder.embedding
+        if embedding.token_types is not None:
+            raise ValueError("StaticStep does not cover token types in the decoder")
+        positions = embedding.positions
+        if positions.rotary and not isinstance(positions, RotaryPositions):
+            raise ValueError(
+                f"StaticStep rotates by RotaryPositions only, not {type(positions).__name__}"
+            )
+        for i, layer in enumerate(decoder.layers):
+            kernel = getattr(layer.self_attn, "kernel", None)
+            if not isinstance(kernel, _DENSE_KERNELS):
+                raise ValueError(
+                    f"decoder layer {i} attends with {type(kernel).__name__}: StaticStep "
+                    "covers the dense kernels (sdpa, explicit) only"
+                )
+        param = next(iter(model.decoder.embedding.tokens.parameters()))
+        self.dtype, self.device = param.dtype, param.device
+        with torch.no_grad():
+            table = positions.embeddings(self.max_target, 0)  # (L, D) or None
+            self.position_table = None if table is None else table.detach()
+            bias = positions.attention_bias(self.max_target, self.max_target)  # (H, L, L)
+            self.bias_table = None if bias is None else bias.detach()
+        self.rotary = positions if positions.rotary else None
+        self.n_layers = len(decoder.layers)
+        self.self_keys: list[Tensor] = []
+        self.self_values: list[Tensor] = []
+        self.cross_keys: list[Tensor] = []
+        self.cross_values: list[Tensor] = []
+        for layer in decoder.layers:
+            heads, size_k, size_v = _kv_sizes(layer.self_attn)
+            shape = (slots, heads, self.max_target)
+            self.self_keys.append(self._zeros(*shape, size_k))
+            self.self_values.append(self._zeros(*shape, size_v))
+            if self.cross:
+                heads, size_k, size_v = _kv_sizes(layer.cross_attn)
+                shape = (slots, heads, self.max_source)
+                self.cross_keys.append(self._zeros(*shape, size_k))
+                self.cross_values.append(self._zeros(*shape, size_v))
+        # (N, S) True at real source tokens; all False in an empty slot
+        self.source_mask = torch.zeros(slots, self.max_source, dtype=torch.bool, device=self.device)
+        # the step by what it returns (log-probabilities or not): eager until `compile`
+        self._steps: dict[bool, Callable[[Tensor, Tensor], Tensor]] = {
+            False: self._logits,
+            True: self._log_probs,
+        }
+        self.compile_seconds: float | None = None
+        self._plain: dict[int, Tensor] = {}  # packed product -> plain weight (`compile`)
+        self._written: list[Tensor] | None = None  # each layer's new keys, values (exported)
+
+    def _zeros(self, *shape: int) -> Tensor:
+        return torch.zeros(shape, dtype=self.dtype, device=self.device)
+
+    # ----- what goes into the slots ------------------------------------------------
+
+    @torch.no_grad()
+    def load_source(self, slots: Tensor, src: Tensor, beam: int = 1) -> Tensor:
+        """Encode sources and store their cross-attention keys and values in `slots`.
+
+        Args:
+            slots: (B x beam,) the slots to fill, each sentence's `beam` consecutive.
+            src: (B, S') source ids, padded with `cfg.pad_id`, S' <= `max_source`.
+            beam: slots per sentence (its hypotheses share its source).
+
+        Returns:
+            (B,) the sources' real tokens (eos included).
+
+        Raises:
+            ValueError: a decoder-only model, or a source longer than `max_source`.
+        """
+        if not self.cross:
+            raise ValueError("a decoder-only model has no source: load_prompt fills its slots")
+        check_ids(src, "source", self.max_source)
+        encoded = self.model.encode(src)
+        rows = torch.arange(src.size(0), device=src.device).repeat_interleave(beam)
+        length = src.size(1)
+        for i, layer in enumerate(self.model.decoder.layers):
+            keys, values = _cross_keys_values(layer.cross_attn, encoded.hidden)  # (B, Hkv, S', D)
+            self.cross_keys[i][slots] = 0
+            self.cross_values[i][slots] = 0
+            self.cross_keys[i][slots, :, :length] = keys.index_select(0, rows).to(self.dtype)
+            self.cross_values[i][slots, :, :length] = values.index_select(0, rows).to(self.dtype)
+        self.source_mask[slots] = False
+        self.source_mask[slots, :length] = encoded.real_tokens.index_select(0, rows)
+        return encoded.real_tokens.sum(dim=1)
+
+    @torch.no_grad()
+    def load_prompt(self, slots: Tensor, prompt: Tensor, beam: int = 1) -> Tensor:
+        """Run prompts through the model and copy their keys and values into `slots`.
+
+        The model's own pass does it (a prefix LM's bidirectional prefix included);
+        positions 0 .. T - 1 of each slot then hold the prompt.
+
+        Args:
+            slots: (B x beam,) the slots to fill, each prompt's `beam` consecutive.
+            prompt: (B, T) ids without padding, 1 <= T < `max_target`.
+            beam: slots per prompt.
+
+        Returns:
+            (B x beam, V) the logits of the token after each prompt, one row per slot.
+
+        Raises:
+            ValueError: an encoder-decoder, or a prompt empty or too long for the slots.
+        """
+        if self.cross:
+            raise ValueError("an encoder-decoder has no prompt: load_source fills its slots")
+        if prompt.dim() != 2 or not 1 <= prompt.size(1) < self.max_target:
+            raise ValueError(
+                f"prompt must be (batch, length) with 1 <= length < max_target="
+                f"{self.max_target}, got {tuple(prompt.shape)}"
+            )
+        cache = new_cache(self.model)
+        logits = self.model.project(self.model.hidden(prompt, cache)[:, -1:])[:, -1]  # (B, V)
+        rows = torch.arange(prompt.size(0), device=prompt.device).repeat_interleave(beam)
+        length = prompt.size(1)
+        for i, store in enumerate(cache.self_attention):
+            self.self_keys[i][slots, :, :length] = store.key.index_select(0, rows).to(self.dtype)
+            self.self_values[i][slots, :, :length] = store.value.index_select(0, rows).to(
+                self.dtype
+            )
+        return logits.index_select(0, rows)
+
+    @torch.no_grad()
+    def copy_slots(self, targets: Tensor, sources: Tensor, length: int | None = None) -> None:
+        """Beam search's reorder: slots `targets` take the self-attention keys and values of
+        slots `sources` (gathered before any is overwritten).
+
+        Args:
+            targets, sources: (M,) slot indices.
+            length: positions to copy (all `max_target` by default): the longest prefix
+                written so far is enough.
+        """
+        end = self.max_target if length is None else min(length, self.max_target)
+        for store in (*self.self_keys, *self.self_values):
+            store[targets, :, :end] = store[sources, :, :end]
+
+    # ----- the step ----------------------------------------------------------------
+
+    def logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        """One step over every slot: each slot's token at its position in, logits out.
+
+        Args:
+            tokens: (N,) int64, the newest token of each slot.
+            positions: (N,) int64, its position (0 for bos), below `max_target`; a slot's
+                keys and values at earlier positions must have been written.
+
+        Returns:
+            (N, V) logits in the model's dtype (compiled or not, as `compile` left it).
+        """
+        with torch.no_grad():
+            return self._steps[False](tokens, positions)
+
+    def log_probs(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        """`logits`, then the search's log-softmax in float32 with pad and bos at -inf
+        (`aiayn.inference.search.normalised`), in the same call.
+
+        Returns:
+            (N, V) float32 (float64 for a float64 model) log-probabilities.
+        """
+        with torch.no_grad():
+            return self._steps[True](tokens, positions)
+
+    def compile(
+        self, log_probs: bool = True, mode: str | None = None, ahead_of_time: bool = False
+    ) -> float:
+        """Compile a step (fixed shapes: once per process and slot count) and warm it up.
+
+        Two compilers: `torch.compile` (Inductor behind TorchDynamo, whose guards are
+        checked at every call), or with `ahead_of_time` AOTInductor: the step is
+        exported (`torch.export`, the stores as inputs it writes in place) and compiled
+        into a shared library called without Python in between
+        (`benchmarks/bench_static_step.py` measures both).
+
+        Args:
+            log_probs: compile `log_probs` (what `aiayn.inference.engine` runs); False:
+                `logits` (what `StaticDecoder`'s search runs).
+            mode: `torch.compile`'s mode (None: its default; not used ahead of time).
+            ahead_of_time: AOTInductor instead of `torch.compile`.
+
+        Returns:
+            Seconds the compilation and warm-up took (also `compile_seconds`).
+        """
+        self._unpack_products()
+        eager = self._log_probs if log_probs else self._logits
+        began = time.perf_counter()
+        tokens = torch.full((self.slots,), self.cfg.bos_id, dtype=torch.long, device=self.device)
+        positions = torch.zeros(self.slots, dtype=torch.long, device=self.device)
+        stores = (*self.self_keys, *self.self_values)
+        saved = [store[:, :, :1].clone() for store in stores]
+        if ahead_of_time:
+            compiled = self._ahead_of_time(eager, tokens, positions)
+        else:
+            compiled = torch.compile(eager, dynamic=False, mode=mode)
+        with torch.no_grad():
+            compiled(tokens, positions)  # the warm-up compiles; its writes are undone below
+        for store, copy in zip(stores, saved, strict=True):
+            store[:, :, :1] = copy
+        self._steps[log_probs] = compiled
+        self.compile_seconds = time.perf_counter() - began
+        log.info(
+            "compiled the decoding step for %d slots in %.1f s", self.slots, self.compile_seconds
+        )
+        return self.compile_seconds
+
+    def _stores(self) -> list[Tensor]:
+        return [*self.self_keys, *self.self_values, *self.cross_keys, *self.cross_values]
+
+    def _use_stores(self, stores: Sequence[Tensor]) -> None:
+        n, cross = self.n_layers, len(self.cross_keys)
+        self.self_keys, self.self_values = list(stores[:n]), list(stores[n : 2 * n])
+        self.cross_keys = list(stores[2 * n : 2 * n + cross])
+        self.cross_values = list(stores[2 * n + cross :])
+
+    def _ahead_of_time(
+        self, eager: Callable[[Tensor, Tensor], Tensor], tokens: Tensor, positions: Tensor
+    ) -> Callable[[Tensor, Tensor], Tensor]:
+        """`eager` exported with the stores and the source mask as inputs, compiled by
+        AOTInductor; returns a function of (tokens, positions) that passes them, and
+        writes the step's new keys and values, which the exported step returns (the
+        compiled library does not write its inputs)."""
+        step = self
+
+        class Exported(nn.Module):
+            def forward(self, tokens: Tensor, positions: Tensor, mask: Tensor, *stores: Tensor):
+                held, held_mask = step._stores(), step.source_mask
+                step._use_stores(stores)
+                step.source_mask = mask
+                step._written = []
+                try:
+                    return eager(tokens, positions), *step._written
+                finally:
+                    step._use_stores(held)
+                    step.source_mask = held_mask
+                    step._written = None
+
+        with torch.no_grad():
+            exported = torch.export.export(
+                Exported(), (tokens, positions, self.source_mask, *self._stores())
+            )
+        with tempfile.TemporaryDirectory() as folder:
+            path = str(Path(folder) / "step.pt2")
+            torch._inductor.aoti_compile_and_package(exported, package_path=path)
+            runner = torch._inductor.aoti_load_package(path)
+
+        def run(tokens: Tensor, positions: Tensor) -> Tensor:
+            # the library reads its inputs with the strides they were exported with
+            tokens, positions = tokens.contiguous(), positions.contiguous()
+            out, *written = runner(tokens, positions, self.source_mask, *self._stores())
+            where = positions[:, None, None, None]
+            for i in range(self.n_layers):
+                k, v = written[2 * i], written[2 * i + 1]
+                self.self_keys[i].scatter_(2, where.expand(k.shape), k)
+                self.self_values[i].scatter_(2, where.expand(v.shape), v)
+            return out
+
+        return run
+
+    def _log_probs(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        return normalised(self.cfg, self._logits(tokens, positions))
+
+    def _unpack_products(self) -> None:
+        """Plain copies of the frozen model's oneDNN-packed weights, for the compiler: an
+        opaque packed tensor does not trace, and Inductor lays out plain ones itself."""
+        for module in self.model.modules():
+            packed = getattr(module, "packed", None)
+            if isinstance(module, FrozenLinear) and packed is not None:
+                self._plain.setdefault(id(module), packed.to_dense())
+
+    def _product(self, linear: nn.Module, x: Tensor) -> Tensor:
+        """`linear(x)`; a packed `FrozenLinear` through its plain copy once compiling."""
+        plain = self._plain.get(id(linear))
+        if plain is None:
+            return linear(x)
+        out = F.linear(x, plain, linear.bias)
+        return F.relu(out) if linear.relu else out
+
+    def _feed_forward(self, ffn: nn.Module, x: Tensor) -> Tensor:
+        if not isinstance(ffn, FrozenFeedForward):
+            return ffn(x)
+        h = self._product(ffn.linear1, x)  # (N, 1, F)
+        return self._product(ffn.linear2, h if ffn.activation is None else ffn.activation(h))
+
+    def _project(self, hidden: Tensor) -> Tensor:
+        output = getattr(self.model, "output", None)  # the frozen forms' output product
+        return self.model.project(hidden) if output is None else self._product(output, hidden)
+
+    def _logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        """The step itself (see `logits`), every layer written out over fixed shapes."""
+        decoder = self.model.decoder
+        embedding = decoder.embedding
+        x = embedding.tokens(tokens[:, None]) * embedding.scale  # (N, 1, D)
+        if self.position_table is not None:
+            x = x + self.position_table[positions][:, None]
+        if embedding.norm is not None:
+            x = embedding.norm(x)
+        written = torch.arange(self.max_target, device=tokens.device) <= positions[:, None]
+        self_mask = written[:, None, None, :]  # (N, 1, 1, L)
+        bias = None
+        if self.bias_table is not None:  # (H, L, L): row p is the query at position p
+            bias = self.bias_table[:, positions].transpose(0, 1)[:, :, None, :]  # (N, H, 1, L)
+        # an empty slot attends everything (finite junk, never NaN, which would reach the
+        # values a later sentence in that slot masks out: 0 x NaN is NaN)
+        source_mask = self.source_mask | ~self.source_mask.any(dim=1, keepdim=True)
+        cross_mask = source_mask[:, None, None, :]  # (N, 1, 1, S)
+        for i, layer in enumerate(decoder.layers):
+            h = layer.self_residual.sublayer_input(x)
+            out = self._self_attention(layer.self_attn, h, i, positions, self_mask, bias)
+            x = layer.self_residual(x, out)
+            if self.cross:
+                h = layer.cross_residual.sublayer_input(x)
+                out = self._cross_attention(layer.cross_attn, h, i, cross_mask)
+                x = layer.cross_residual(x, out)
+            if layer.feed_forward is not None:
+                h = layer.ff_residual.sublayer_input(x)
+                x = layer.ff_residual(x, self._feed_forward(layer.feed_forward, h))
+        return self._project(decoder.final_norm(x))[:, 0]  # (N, V)
+
+    def _self_attention(
+        self,
+        attention: MultiHeadAttention | FrozenSelfAttention,
+        h: Tensor,
+        layer: int,
+        positions: Tensor,
+        mask: Tensor,
+        bias: Tensor | None,
+    ) -> Tensor:
+        """(N, 1, D) -> (N, 1, D): this step's keys and values written at `positions`."""
+        if isinstance(attention, FrozenSelfAttention):
+            q, k, v = self._product(attention.qkv_proj, h).split(attention.sizes, dim=-1)
+        else:
+            q, k, v = attention.q_proj(h), attention.k_proj(h), attention.v_proj(h)
+        q = split_heads(q, attention.n_heads)  # (N, H, 1, Dk)
+        k = split_heads(k, attention.n_kv_heads)  # (N, Hkv, 1, Dk)
+        v = split_heads(v, attention.n_kv_heads)
+        if self.rotary is not None:
+            q, k = self._rotate(q, positions), self._rotate(k, positions)
+        keys, values = self.self_keys[layer], self.self_values[layer]
+        where = positions[:, None, None, None]
+        k, v = k.to(keys.dtype), v.to(values.dtype)
+        if self._written is None:
+            keys.scatter_(2, where.expand(k.shape), k)  # (N, Hkv, L, Dk)
+            values.scatter_(2, where.expand(v.shape), v)
+        else:  # exported: the caller writes them (AOTInductor leaves its inputs unchanged)
+            keys = keys.scatter(2, where.expand(k.shape), k)
+            values = values.scatter(2, where.expand(v.shape), v)
+            self._written += [k, v]
+        out = _attend(q, keys, values, mask, bias, attention.kv_of_head)
+        return self._output(attention, out)
+
+    def _cross_attention(
+        self,
+        attention: MultiHeadAttention | FrozenCrossAttention,
+        h: Tensor,
+        layer: int,
+        mask: Tensor,
+    ) -> Tensor:
+        """(N, 1, D) -> (N, 1, D): attend the stored source of each slot."""
+        q = split_heads(self._product(attention.q_proj, h), attention.n_heads)  # (N, H, 1, Dk)
+        keys, values = self.cross_keys[layer], self.cross_values[layer]
+        out = _attend(q, keys, values, mask, None, attention.kv_of_head)
+        return self._output(attention, out)
+
+    def _output(self, attention: nn.Module, out: Tensor) -> Tensor:
+        """(N, H, 1, Dv) heads -> (N, 1, D) through W^O (a literal module's head mask
+        applied)."""
+        head_mask = getattr(attention, "head_mask", None)
+        if head_mask is not None:
+            out = out * head_mask.to(out.dtype)[..., None, None]
+        return self._product(attention.out_proj, merge_heads(out))
+
+    def _rotate(self, x: Tensor, positions: Tensor) -> Tensor:
+        """`RotaryPositions.rotate` with a position per row: x (N, heads, 1, Dk)."""
+        cos = self.rotary.cos[positions][:, None, None, :].float()  # (N, 1, 1, Dk)
+        sin = self.rotary.sin[positions][:, None, None, :].float()
+        x32 = x.float()
+        first, second = x32.chunk(2, dim=-1)
+        half_turned = torch.cat([-second, first], dim=-1)
+        return (x32 * cos + half_turned * sin).to(x.dtype)
+
+
+def _checked_size(given: int | None, max_len: int, name: str) -> int:
+    if given is None:
+        return max_len
+    if not 1 <= given <= max_len:
+        raise ValueError(f"{name} must lie in [1, max_len={max_len}], got {given}")
+    return given
+
+
+def _kv_sizes(attention: nn.Module) -> tuple[int, int, int]:
+    """(Hkv, Dk, Dv) of an attention sub-layer, literal or frozen."""
+    if isinstance(attention, MultiHeadAttention):
+        return attention.n_kv_heads, attention.d_k, attention.d_v
+    sizes = attention.sizes[-2:]  # the frozen forms: ..., Hkv Dk, Hkv Dv
+    heads = attention.n_kv_heads
+    return heads, sizes[0] // heads, sizes[1] // heads
+
+
+def _cross_keys_values(
+    attention: MultiHeadAttention | FrozenCrossAttention, memory: Tensor
+) -> tuple[Tensor, Tensor]:
+    """(B, S, D) encoder output -> (B, Hkv, S, Dk) keys and (B, Hkv, S, Dv) values."""
+    if isinstance(attention, FrozenCrossAttention):
+        k, v = attention.kv_proj(memory).split(attention.sizes, dim=-1)
+    else:
+        k, v = attention.k_proj(memory), attention.v_proj(memory)
+    return split_heads(k, attention.n_kv_heads), split_heads(v, attention.n_kv_heads)
+
+
+def _attend(
+    q: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    mask: Tensor,
+    bias: Tensor | None,
+    kv_of_head: tuple[int, ...] | None,
+) -> Tensor:
+    """SDPA of (N, H, 1, Dk) queries over every stored position, `mask` (N, 1, 1, L) True
+    where written; `bias` (N, H, 1, L) added. Returns (N, H, 1, Dv)."""
+    keys, values = expand_kv(keys, values, kv_of_head)
+    scores_mask = mask if bias is None else bias.to(q.dtype).masked_fill(~mask, float("-inf"))
+    return F.scaled_dot_product_attention(
+        q, keys, values, attn_mask=scores_mask, enable_gqa=keys.size(1) != q.size(1)
+    )
+
+
+class StaticDecoder:
+    """A model whose decoding runs on a `StaticStep`: what the search drives.
+
+    `aiayn.inference.search` (greedy, beam search, sampling, every option) decodes it
+    as it decodes `model`, through `start`; each batch's B x beam rows take slots of
+    one `StaticStep` of `slots` rows, whose shapes never change (compiled once with
+    `compile=True`).
+
+    Args:
+        model: a `Transformer` or `DecoderOnly` (literal or frozen), in eval mode.
+        slots: rows of the step; a batch needs B x beam of them.
+        max_target, max_source: see `StaticStep`.
+        compile: compile the step now, ahead of time (`StaticStep.compile` with
+            AOTInductor).
+
+    Raises:
+        ValueError: what `StaticStep` refuses.
+    """
+
+    def __init__(
+        self,
+        model: Transformer | DecoderOnly,
+        slots: int,
+        max_target: int | None = None,
+        max_source: int | None = None,
+        compile: bool = False,
+    ) -> None:
+        self.model = model
+        self.cfg = model.cfg
+        self.step = StaticStep(model, slots, max_target, max_source)
+        if compile:
+            self.step.compile(log_probs=False, ahead_of_time=True)
+
+    def start(self, src: Tensor, beam: int = 1) -> StaticDecoding:
+        """The search's state for a batch (see `aiayn.inference.decoding.start`)."""
+        return StaticDecoding(self.step, src, beam)
+
+
+class StaticDecoding:
+    """One batch decoded on a `StaticStep`: a `aiayn.inference.decoding.Decoding`.
+
+    Row r of the search lives in slot `row_slot[r]`; a sentence's `beam` rows keep the
+    slots they started in. `keep` follows beam search's parents by copying keys and
+    values between a sentence's own slots (only where a row's parent is another
+    row), and a finished sentence's slots are left idle: nothing moves when the batch
+    shrinks. Every step runs all the step's slots (its shapes are fixed).
+
+    A decoder-only model's first `step` returns the prompt's logits and feeds nothing
+    (as `aiayn.inference.decoding.DecoderOnlyDecoding` does).
+
+    Args:
+        step: the `StaticStep` (its slots are overwritten).
+        src: (B, S) source ids, or (B, T) prompts without padding.
+        beam: rows per sentence.
+
+    Raises:
+        ValueError: B x beam rows more than the step's slots, or a source or prompt the
+            step refuses.
+    """
+
+    def __init__(self, step: StaticStep, src: Tensor, beam: int = 1) -> None:
+        rows = src.size(0) * beam
+        if rows > step.slots:
+            raise ValueError(
+                f"{src.size(0)} sentences x beam {beam} = {rows} rows do not fit the step's "
+                f"{step.slots} slots"
+            )
+        self.static, self.beam = step, beam
+        device = step.device
+        self.row_slot = torch.arange(rows, device=device)
+        self.tokens = torch.full((step.slots,), step.cfg.pad_id, dtype=torch.long, device=device)
+        self.dtype = step.dtype
+        self._first_logits: Tensor | None = None
+        if step.cross:
+            self.input_lengths = step.load_source(self.row_slot, src, beam)
+            self.position = 0  # of the next token fed
+        else:
+            self._first_logits = step.load_prompt(self.row_slot, src, beam)
+            self.input_lengths = torch.full(
+                (src.size(0),), src.size(1), dtype=torch.long, device=device
+            )
+            self.position = src.size(1)
+        self.positions = torch.full((step.slots,), self.position, dtype=torch.long, device=device)
+
+    def step(self, last: Tensor) -> Tensor:
+        """(R,) the newest token of each row -> (R, V) logits of the token after it."""
+        if self._first_logits is not None:  # `last` is the start token: the prompt's turn
+            logits, self._first_logits = self._first_logits, None
+            return logits
+        if self.position >= self.static.max_target:
+            raise ValueError(
+                f"position {self.position} is past the step's max_target={self.static.max_target}"
+            )
+        self.tokens[self.row_slot] = last
+        self.positions.fill_(self.position)
+        logits = self.static.logits(self.tokens, self.positions)
+        self.position += 1
+        return logits.index_select(0, self.row_slot)
+
+    def keep(self, rows: Tensor, sentences: Tensor | None = None) -> None:
+        """Go on with rows `rows` (each new row's parent); `sentences`: the live sentences
+        kept when some finished, None when all stay."""
+        if sentences is None:
+            base = torch.arange(rows.numel(), device=rows.device)
+        else:  # the rows the kept sentences had: their slots stay theirs
+            within = torch.arange(self.beam, device=rows.device)
+            base = (sentences[:, None] * self.beam + within).view(-1)
+        targets, sources = self.row_slot[base], self.row_slot[rows]
+        moved = targets != sources
+        if bool(moved.any()):
+            self.static.copy_slots(targets[moved], sources[moved], self.position)
+        self.row_slot = targets

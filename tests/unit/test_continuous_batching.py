@@ -1,0 +1,163 @@
+"""aiayn.inference.engine: continuous batching over a table of slots.
+
+Every sentence the engine decodes, whatever joins or leaves the table around it, must
+equal the same sentence decoded alone by today's search (`aiayn.inference.search`).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from test_static_step import VOCAB, small, sources
+from typer.testing import CliRunner
+
+from aiayn import freeze
+from aiayn.apps.translate import Translator
+from aiayn.cli import app
+from aiayn.inference.engine import Engine
+from aiayn.inference.search import DecodeConfig, search
+from infer_helpers import make_run, sentences
+
+SETTINGS = {
+    "greedy": dict(beam=1, extra_len=6),
+    "beam": dict(beam=3, alpha=0.6, nbest=2, extra_len=6),
+    "beam_heuristic": dict(beam=3, alpha=1.0, extra_len=6, early_stopping="heuristic"),
+}
+
+
+def _rows(src: torch.Tensor, pad_id: int = 0) -> list[list[int]]:
+    return [[i for i in row if i != pad_id] for row in src.tolist()]
+
+
+def _alone(model, rows: list[list[int]], config: DecodeConfig) -> list[list[tuple]]:
+    """Each row decoded alone by today's search: (tokens, score) of its n-best (the scores
+    within 1e-4: the step attends its masked slots in another order of additions)."""
+    with torch.no_grad():
+        return [
+            [
+                (h.tokens, pytest.approx(h.score, abs=1e-4))
+                for h in search(model, torch.tensor([row]), config)[0]
+            ]
+            for row in rows
+        ]
+
+
+def _seen(done) -> list[tuple]:
+    return [(h.tokens, h.score) for h in done.hypotheses]
+
+
+def test_a_sentence_in_a_slot_another_just_left_is_decoded_as_alone():
+    model = small("encoder_decoder", std=0.5, tie_output=False)
+    config = DecodeConfig(**SETTINGS["beam"])
+    rows = _rows(sources(3, seed=5))
+    engine = Engine(model, config, sentences=1)  # one group: each sentence reuses it
+    results = {done.request: _seen(done) for done in engine.run(rows)}
+    assert [results[i] for i in range(3)] == _alone(model, rows, config)
+    assert len({tuple(r[0][0]) for r in results.values()}) == 3
+
+
+@pytest.mark.parametrize("frozen", [False, True])
+@pytest.mark.parametrize("search_name", sorted(SETTINGS))
+def test_random_arrivals_decode_every_sentence_as_alone(frozen, search_name):
+    model = small("encoder_decoder", std=0.5, tie_output=False, positional="rotary")
+    model = freeze(model) if frozen else model
+    config = DecodeConfig(**SETTINGS[search_name])
+    rows = _rows(sources(12, seed=7))
+    expected = _alone(model, rows, config)
+    assert len({tuple(e[0][0]) for e in expected}) >= 5  # distinct outputs
+    engine = Engine(model, config, sentences=3)
+    arrivals = random.Random(search_name).sample(range(12), 12)  # a random order
+    found = {}
+    while arrivals or not engine.idle:
+        # join mid-flight: 0 to 2 sentences at a random step boundary
+        for _ in range(random.Random(len(found) + len(arrivals)).randint(0, 2)):
+            if arrivals:
+                index = arrivals.pop()
+                found[engine.submit(rows[index])] = index
+        for done in engine.advance():
+            found[done.request] = (found[done.request], _seen(done))
+    assert all(isinstance(v, tuple) for v in found.values())
+    for index, seen in found.values():
+        assert seen == expected[index], index
+
+
+@pytest.mark.parametrize("architecture", ["decoder_only", "prefix_lm"])
+@pytest.mark.parametrize("beam", [1, 3])
+def test_prompts_of_different_lengths_continue_as_alone(architecture, beam):
+    model = small(architecture, std=0.5, positional="learned")
+    generator = torch.Generator().manual_seed(3)
+    rows = [torch.randint(3, VOCAB, (2 + i % 4,), generator=generator).tolist() for i in range(7)]
+    config = DecodeConfig(beam=beam, extra_len=None, max_output_len=8)
+    expected = _alone(model, rows, config)
+    assert len({tuple(e[0][0]) for e in expected}) >= 5
+    engine = Engine(model, config, sentences=2)
+    results = {done.request: _seen(done) for done in engine.run(rows)}
+    assert [results[i] for i in range(len(rows))] == expected
+
+
+def test_sampling_runs_through_the_table_reproducibly():
+    model = small("encoder_decoder", std=0.5)
+    config = DecodeConfig(sampling=True, top_k=8, seed=2, extra_len=6)
+    rows = _rows(sources(6, seed=2))
+
+    def run() -> dict:
+        return {d.request: d.hypotheses[0].tokens for d in Engine(model, config, 2).run(rows)}
+
+    first = run()
+    assert first == run() and sorted(first) == list(range(6))
+    assert len({tuple(v) for v in first.values()}) >= 3
+
+
+def test_a_cancelled_sentence_frees_its_group_and_others_go_on():
+    model = small("encoder_decoder", std=0.5, tie_output=False)
+    config = DecodeConfig(**SETTINGS["greedy"])
+    rows = _rows(sources(3, seed=5))
+    engine = Engine(model, config, sentences=1)
+    first, second = engine.submit(rows[0]), engine.submit(rows[1])
+    engine.advance()
+    assert engine.cancel(first) and engine.free_groups == 1
+    done = []
+    while not engine.idle:
+        done += engine.advance()
+    assert [d.request for d in done] == [second]
+    assert _seen(done[0]) == _alone(model, [rows[1]], config)[0]
+
+
+def test_an_output_that_cannot_fit_the_slots_is_refused_at_submit():
+    engine = Engine(small("encoder_decoder"), DecodeConfig(beam=1, extra_len=50), 2, max_target=10)
+    with pytest.raises(ValueError, match="does not fit the slots' max_target=10"):
+        engine.submit([5, 6, 2])
+    assert engine.idle
+
+
+# ----- aiayn translate through the engine ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_run(tmp_path_factory.mktemp("engine"))
+
+
+def test_cli_translate_streams_a_file_through_the_slots_as_batches_translate_it(tmp_path, run):
+    lines = [*sentences(9, seed=3), "", "river."]
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "hyp.txt"
+    args = ["-i", str(src), "-o", str(out), "--beam", "3", "--extra-len", "5"]
+    result = CliRunner().invoke(app, ["translate", str(run), *args, "--continuous", "2"])
+    assert result.exit_code == 0, result.output
+    expected = Translator.load(run).translate(lines, beam=3, extra_len=5)
+    assert out.read_text(encoding="utf-8").split("\n")[:-1] == expected
+    assert len(set(expected)) >= 5
+    assert "11/11" in result.stderr  # the progress bar counts streamed sentences
+
+
+def test_cli_translate_continuous_takes_no_negative_count(run):
+    result = CliRunner().invoke(app, ["translate", str(run), "--continuous", "-1"], input="a.\n")
+    assert result.exit_code != 0 and "--continuous" in result.output
+    alone = CliRunner().invoke(app, ["translate", str(run), "--compile"], input="a.\n")
+    assert alone.exit_code == 1 and "give --continuous N too" in alone.stderr
+    assert alone.stderr.count("\n") == 1 and alone.stdout == ""
