@@ -798,6 +798,7 @@ def main() -> None:
                 "(common.synthetic_parallel)."
             ),
             "best_of": best_of,
+            "best_rule": "preference",  # the first of best_of that ran, fixed in advance
             "shortlist": shortlist_setting,
             "results": records,
             "cells": cells,
