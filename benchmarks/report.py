@@ -1091,6 +1091,31 @@ def export() -> str:
     return "\n\n".join([table(headers, rows, left=1), notes, source("export", data, timed=False)])
 
 
+def hooks() -> str:
+    """What the hook points cost when nothing listens (bench_hooks)."""
+    data = load("hooks")
+    rows = []
+    for name, r in data["results"].items():
+        ratios = [a / b for a, b in zip(r["shipped_s"], r["without_hook_points_s"], strict=True)]
+        rows.append(
+            [
+                name,
+                f"{statistics.median(r['shipped_s']) * 1e3:.1f}",
+                f"{statistics.median(r['without_hook_points_s']) * 1e3:.1f}",
+                f"{r['ratio']:.3f}",
+                f"{min(ratios):.2f}-{max(ratios):.2f}",
+            ]
+        )
+    headers = ["workload", "shipped ms", "without hook points ms", "ratio", "per-round range"]
+    notes = (
+        "The quickstart's shape (d_model 128, 3+3 layers, 8,000 pieces), fp32: a training "
+        "step of 32 x 30 tokens, forward and backward; greedy decoding of 8 sentences, 30 "
+        "steps. Ratio: shipped over without, the median of per-round ratios, the two "
+        "taking turns call by call (1.00: no cost)."
+    )
+    return "\n\n".join([table(headers, rows, left=1), notes, source("hooks", data)])
+
+
 def int8_kernels() -> str:
     """Each int8 candidate's speed against float32, per weight shape and row count."""
     data = load("int8-kernels")
@@ -1402,6 +1427,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "induction": induction,
     "alignment": alignment,
     "export": export,
+    "hooks": hooks,
     "memory": memory,
     "int8-kernels": int8_kernels,
     "train-profile-bf16": lambda: train_profile("train-profile-bf16"),
@@ -1424,6 +1450,7 @@ WHEN = {
     "induction": lambda: (RESULTS / "induction.json").exists(),
     "alignment": lambda: (RESULTS / "alignment.json").exists(),
     "export": lambda: (RESULTS / "export.json").exists(),
+    "hooks": lambda: (RESULTS / "hooks.json").exists(),
     "memory": lambda: (RESULTS / "memory.json").exists(),
     "int8-kernels": lambda: (RESULTS / "int8-kernels.json").exists(),
     "efficient-attention": lambda: "efficient" in load("attention"),
