@@ -355,11 +355,11 @@ CELL_LABELS = {
 }
 
 
-def decode_cells() -> str:
+def decode_cells(name: str = "decode") -> str:
     """Issue 17's 8 cells per thread count: tok/s per system, the best aiayn setting (of
     the run's --best-of) against CTranslate2 int8, aiayn fp32 + shortlist against it, and
-    aiayn fp32 against CTranslate2 fp32."""
-    data = load("decode")
+    aiayn fp32 against CTranslate2 fp32; from results file NAME."""
+    data = load(name)
     systems = [s for s in CELL_SYSTEMS if any(s in c["tokens_per_s"] for c in data["cells"])]
     vs_int8 = {  # a shortlist row against CTranslate2 with the same candidates where it ran
         (r["threads"], r["size"], r["search"], r["batch"], r["system"]): r.get(
@@ -410,7 +410,7 @@ def decode_cells() -> str:
         )
         + "."
     )
-    return "\n\n".join([table(headers, rows, left=4), notes, source("decode", data)])
+    return "\n\n".join([table(headers, rows, left=4), notes, source(name, data)])
 
 
 def decode_memory() -> str:
@@ -1404,6 +1404,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "decode-latency": decode_latency,
     "decode-vs-2d41774": decode_vs_commit,
     "decode-cells": decode_cells,
+    "decode-fair-cells": lambda: decode_cells("decode-fair"),
     "decode-memory": decode_memory,
     "kernels": kernels,
     "attention": attention,
@@ -1440,6 +1441,7 @@ TABLES: dict[str, Callable[[], str]] = {
 # Tables rendered only once their results exist (README gains their blocks with them).
 WHEN = {
     "decode-cells": has_cells,
+    "decode-fair-cells": lambda: has_cells("decode-fair"),
     "decode-memory": has_cells,
     "quickstart": has_quickstart_runs,
     "train-profile": lambda: (RESULTS / "train-profile.json").exists(),
