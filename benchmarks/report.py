@@ -788,13 +788,18 @@ def goals() -> str:
             1.2,
         ],
     ]
-    if "cells" in decode_data:  # issue 17: all 8 cells, at the first thread count
+    fair = has_cells("decode-fair")  # the decoding-engine issue's race, when it has run
+    if fair:  # every cell at 1 and 2 threads; "best" fixed in advance
+        cell_records = load("decode-fair")["cells"]
+        work, best_is, goal = "decoding, every cell, 1 and 2 threads", "fixed in advance", 1.0
+    elif "cells" in decode_data:  # issue 17: all 8 cells, at the first thread count
         cell_records = decode_records(decode_data, "cells")
+        work, best_is, goal = "decoding, every cell", "best of the run's --best-of", 1.2
+    if fair or "cells" in decode_data:
         best = [c["best_vs_ct2_int8"] for c in cell_records if c["best_vs_ct2_int8"]]
         fp32 = [c["fp32_vs_ct2_fp32"] for c in cell_records if c["fp32_vs_ct2_fp32"]]
-        work = "decoding, every cell"
         rows[4:4] = [  # after the batch-32 decoding rows, before training's
-            [work, "aiayn best / CTranslate2", "best of the run's --best-of", best, 1.2],
+            [work, "aiayn best / CTranslate2 int8", best_is, best, goal],
             [work, "aiayn / CTranslate2", "fp32", fp32, 1.0],
         ]
     cells = []
@@ -814,7 +819,7 @@ def goals() -> str:
     ]
     files = ", ".join(
         f"`benchmarks/results/{name}.json`"
-        for name in ("decode", *TRAIN_FILES)
+        for name in ("decode", *(["decode-fair"] if fair else []), *TRAIN_FILES)
         if (RESULTS / f"{name}.json").exists()
     )
     return table(headers, cells, left=3) + (

@@ -218,12 +218,32 @@ def test_goals_judge_every_cell_of_the_first_thread_count(report, monkeypatch):
         report, "load", lambda name: cells_only if name == "decode" else {"results": []}
     )
     monkeypatch.setattr(report, "TRAIN_FILES", ())
+    monkeypatch.setattr(report, "has_cells", lambda name="decode": name == "decode")
     text = report.goals()
     assert (
-        "| decoding, every cell | aiayn best / CTranslate2 | best of the run's --best-of " in text
+        "| decoding, every cell | aiayn best / CTranslate2 int8 | best of the run's --best-of "
+        in text
     )
     assert "| 1.25x | 1.2x | yes |" in text  # the 1-thread cell's 0.9x is not judged here
     assert "| 1.04x | 1x | yes |" in text
+
+
+def test_goals_judge_every_cell_of_the_fair_race_at_both_thread_counts(report, monkeypatch):
+    """Once bench_decode's fair race has run (decode-fair.json), the every-cell rows come
+    from it: all its cells, 1 and 2 threads alike, against the goal of 1.0x."""
+    fair = {**DATA, "results": [], "best_rule": "preference"}
+    old = {**DATA, "results": [], "cells": []}
+    monkeypatch.setattr(report, "load", lambda name: {"decode": old, "decode-fair": fair}[name])
+    monkeypatch.setattr(report, "has_cells", lambda name="decode": name == "decode-fair")
+    monkeypatch.setattr(report, "TRAIN_FILES", ())
+    text = report.goals()
+    row = (
+        "| decoding, every cell, 1 and 2 threads | aiayn best / CTranslate2 int8 | fixed in advance"
+    )
+    assert row in text
+    assert "| 0.90x to 1.25x | 1x | no |" in text  # the 1-thread cell's 0.9x is judged too
+    assert "| 0.95x to 1.04x | 1x | no |" in text
+    assert "decode-fair.json" in text
 
 
 def test_new_tables_are_rendered_only_once_their_results_exist(report, monkeypatch):
