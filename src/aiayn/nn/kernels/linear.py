@@ -91,7 +91,7 @@ class LinearAttentionKernel(Kernel):
         need_weights: bool = False,
         bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        self._check(bias, dropout_p)
+        refuse_scores("linear", bias, dropout_p)
         t_len, s_len = q.size(-2), k.size(-2)
         phi_q = feature_map(q)  # (B, H, T, Dk)
         phi_k, v = _heads(q, feature_map(k)), _heads(q, v)  # (B, H, S, D)
@@ -126,12 +126,7 @@ class LinearAttentionKernel(Kernel):
         kv_of_head: tuple[int, ...] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Add this step's keys and values to S and z, then attend from them (causal)."""
-        self._check(bias, 0.0)
-        if need_weights:
-            raise ValueError(
-                "linear attention keeps no keys while decoding: its weights exist only for a "
-                "whole sequence (attention_maps)"
-            )
+        refuse_scores("linear", bias, 0.0, cached_weights=need_weights)
         t_len = q.size(-2)
         phi_k = feature_map(k)  # (B, Hkv, T, Dk)
         keys = None if mask is None else _key_rows(mask, cache.length + t_len)
@@ -169,11 +164,24 @@ class LinearAttentionKernel(Kernel):
             scores = scores * allowed.tril(diagonal=s_len - t_len)
         return _divide(scores, scores.sum(-1, keepdim=True))
 
-    @staticmethod
-    def _check(bias: Tensor | None, dropout_p: float) -> None:
-        if bias is not None:
-            raise ValueError("linear attention takes no score bias (it forms no scores)")
-        if dropout_p > 0:
-            raise ValueError(
-                "linear attention forms no weights to drop: set ModelConfig.attention_dropout 0"
-            )
+
+def refuse_scores(
+    kernel: str, bias: Tensor | None, dropout_p: float, cached_weights: bool = False
+) -> None:
+    """What a kernel that forms no scores refuses, naming it: a score bias, attention
+    dropout and, while decoding from its recurrent state, the weights (it keeps no keys).
+
+    Raises:
+        ValueError: one of them was asked for.
+    """
+    if bias is not None:
+        raise ValueError(f"{kernel} attention takes no score bias (it forms no scores)")
+    if dropout_p > 0:
+        raise ValueError(
+            f"{kernel} attention forms no weights to drop: set ModelConfig.attention_dropout 0"
+        )
+    if cached_weights:
+        raise ValueError(
+            f"{kernel} attention keeps no keys while decoding: its weights exist only for a "
+            "whole sequence (attention_maps)"
+        )

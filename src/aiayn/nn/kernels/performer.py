@@ -59,7 +59,7 @@ from torch import Tensor, nn
 from aiayn.nn.kernels import KERNELS, CacheKind, Kernel, expand_kv
 
 # the same form as linear attention: its helpers
-from aiayn.nn.kernels.linear import LinearAttentionKernel, _divide, _heads
+from aiayn.nn.kernels.linear import LinearAttentionKernel, _divide, _heads, refuse_scores
 
 if TYPE_CHECKING:
     from aiayn.config import ModelConfig
@@ -276,7 +276,7 @@ class PerformerKernel(Kernel, nn.Module):
         need_weights: bool = False,
         bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
-        self._check(bias, dropout_p)
+        refuse_scores("performer", bias, dropout_p)
         self._maybe_redraw()
         t_len, s_len = q.size(-2), k.size(-2)
         if t_len > s_len:
@@ -318,12 +318,7 @@ class PerformerKernel(Kernel, nn.Module):
         kv_of_head: tuple[int, ...] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """Add this step's keys and values to S and z, then attend from them (causal)."""
-        self._check(bias, 0.0)
-        if need_weights:
-            raise ValueError(
-                "performer attention keeps no keys while decoding: its weights exist only for "
-                "a whole sequence (attention_maps)"
-            )
+        refuse_scores("performer", bias, 0.0, cached_weights=need_weights)
         t_len = q.size(-2)
         k, v = expand_kv(k, v, kv_of_head)
         k, v = _heads(q, k), _heads(q, v)  # (B, H, T, D)
@@ -344,12 +339,3 @@ class PerformerKernel(Kernel, nn.Module):
         )
         cache.offset, cache.length = offset, cache.length + t_len
         return out.to(q.dtype), None
-
-    @staticmethod
-    def _check(bias: Tensor | None, dropout_p: float) -> None:
-        if bias is not None:
-            raise ValueError("performer attention takes no score bias (it forms no scores)")
-        if dropout_p > 0:
-            raise ValueError(
-                "performer attention forms no weights to drop: set ModelConfig.attention_dropout 0"
-            )
