@@ -13,7 +13,8 @@ layers, pre-norm, 8,000 pieces), fp32:
 - a training step: forward and backward of a batch of 32 sentences of 30 tokens;
 - greedy decoding of 8 sentences of 20 tokens, 30 forced steps (eos banned).
 
-The two variants take turns call by call (the order swapped every round); ratio =
+The two variants take turns call by call (the order swapped every round, after a
+warm-up of each: `bench_kernels.measure`); ratio =
 shipped time / time without hook points, the median of the per-round ratios (1.00:
 no cost). Writes benchmarks/results/hooks.json.
 """
@@ -23,12 +24,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import statistics
-import time
 from collections.abc import Callable, Iterator
 
 import torch
 
 from benchmarks import common
+from benchmarks.bench_kernels import measure  # the two take turns, call by call
 
 CALLERS = ("aiayn.nn.attention", "aiayn.nn.layers", "aiayn.models.encoder_decoder")
 
@@ -77,20 +78,6 @@ def workloads() -> dict[str, Callable[[], object]]:
     return {"train step": train_step, "greedy decoding": decode}
 
 
-def measure(work: Callable[[], object], rounds: int, repeats: int) -> tuple[list, list]:
-    """Seconds per call shipped and without hook points, `rounds` times, taking turns."""
-    shipped, bare = [], []
-    for r in range(rounds):
-        order = [(shipped, contextlib.nullcontext), (bare, without_hook_points)]
-        for times, variant in order if r % 2 == 0 else order[::-1]:
-            with variant():
-                start = time.perf_counter()
-                for _ in range(repeats):
-                    work()
-                times.append((time.perf_counter() - start) / repeats)
-    return shipped, bare
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
@@ -101,12 +88,16 @@ def main() -> None:
     common.set_threads(args.threads)
     rows, results = [], {}
     for name, work in workloads().items():
-        work()  # warm-up: allocator, first-call paths
-        shipped, bare = measure(work, args.rounds, args.repeats)
-        ratio = statistics.median(a / b for a, b in zip(shipped, bare, strict=True))
-        results[name] = {"shipped_s": shipped, "without_hook_points_s": bare, "ratio": ratio}
+
+        def bare(work: Callable[[], object] = work) -> None:
+            with without_hook_points():
+                work()
+
+        shipped, bare_times = measure(work, bare, args.rounds, args.repeats)
+        ratio = statistics.median(a / b for a, b in zip(shipped, bare_times, strict=True))
+        results[name] = {"shipped_s": shipped, "without_hook_points_s": bare_times, "ratio": ratio}
         rows.append(
-            [name, f"{common.median(shipped) * 1e3:.1f}", f"{common.median(bare) * 1e3:.1f}",
+            [name, f"{common.median(shipped) * 1e3:.1f}", f"{common.median(bare_times) * 1e3:.1f}",
              f"{ratio:.3f}"]
         )  # fmt: skip
     print(common.table(["workload", "shipped ms", "without hook points ms", "ratio"], rows))
