@@ -1443,25 +1443,30 @@ TABLES: dict[str, Callable[[], str]] = {
 # ----- README.md and docs/ -------------------------------------------------------------
 
 
+def recorded(name: str) -> Callable[[], bool]:
+    """Whether RESULTS/NAME.json exists, asked when the tables are rendered."""
+    return lambda: (RESULTS / f"{name}.json").exists()
+
+
 # Tables rendered only once their results exist (README gains their blocks with them).
 WHEN = {
     "decode-cells": has_cells,
     "decode-fair-cells": lambda: has_cells("decode-fair"),
     "decode-memory": has_cells,
     "quickstart": has_quickstart_runs,
-    "train-profile": lambda: (RESULTS / "train-profile.json").exists(),
-    "quality": lambda: (RESULTS / "quality.json").exists(),
-    "quality-seeds": lambda: (RESULTS / "quality-seeds.json").exists(),
-    "valid-variants": lambda: (RESULTS / "valid-sweep.json").exists(),
-    "valid-searches": lambda: (RESULTS / "valid-sweep.json").exists(),
-    "induction": lambda: (RESULTS / "induction.json").exists(),
-    "alignment": lambda: (RESULTS / "alignment.json").exists(),
-    "export": lambda: (RESULTS / "export.json").exists(),
-    "hooks": lambda: (RESULTS / "hooks.json").exists(),
-    "memory": lambda: (RESULTS / "memory.json").exists(),
-    "int8-kernels": lambda: (RESULTS / "int8-kernels.json").exists(),
+    "train-profile": recorded("train-profile"),
+    "quality": recorded("quality"),
+    "quality-seeds": recorded("quality-seeds"),
+    "valid-variants": recorded("valid-sweep"),
+    "valid-searches": recorded("valid-sweep"),
+    "induction": recorded("induction"),
+    "alignment": recorded("alignment"),
+    "export": recorded("export"),
+    "hooks": recorded("hooks"),
+    "memory": recorded("memory"),
+    "int8-kernels": recorded("int8-kernels"),
     "efficient-attention": lambda: "efficient" in load("attention"),
-    "train-profile-bf16": lambda: (RESULTS / "train-profile-bf16.json").exists(),
+    "train-profile-bf16": recorded("train-profile-bf16"),
 }
 
 
