@@ -474,10 +474,82 @@ def efficient_table(args, devices: list[str]) -> tuple[dict, str]:
     return dict(results=records, decoding=decoding, crossover=found), markdown
 
 
-def previous_results() -> dict:
-    """The saved results/attention.json ({} if none), to keep the table not run now."""
-    path = common.RESULTS / "attention.json"
+def previous_results(name: str = "attention") -> dict:
+    """The saved results/NAME.json ({} if none), to keep the table not run now."""
+    path = common.RESULTS / f"{name}.json"
     return json.loads(path.read_text()) if path.exists() else {}
+
+
+# ----- SDPA's CUDA backends ----------------------------------------------------------
+
+BACKENDS = ("flash", "efficient", "math")
+
+
+def measure_backends(length: int, args) -> dict:
+    """Causal self-attention through each of SDPA's CUDA backends, forced one at a time
+    (`torch.nn.attention.sdpa_kernel`): bf16 (batch 1, HEADS heads of HEAD_SIZE), forward
+    + backward time and its peak memory. The math backend (the (L, L) scores in
+    memory) is skipped when its scores, forward and backward, would pass --max-gib.
+    A backend PyTorch refuses at this shape is recorded with its reason."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    kinds = {
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "math": SDPBackend.MATH,
+    }
+    generator = torch.Generator().manual_seed(0)
+    shape = (1, HEADS, length, HEAD_SIZE)
+    q, k, v = (
+        torch.randn(shape, generator=generator).to("cuda", torch.bfloat16).requires_grad_()
+        for _ in range(3)
+    )
+    record, skipped = dict(device="cuda", length=length), {}
+    for name, kind in kinds.items():
+        record[f"{name}_train_ms"] = record[f"{name}_peak_mib"] = None
+        scores_gib = 3 * HEADS * length * length * 4 / 2**30  # fp32 scores, weights, grads
+        if name == "math" and scores_gib > args.max_gib:
+            skipped[name] = f"its (L, L) scores would take ~{scores_gib:.0f} GiB > --max-gib"
+            continue
+
+        def call(kind=kind):
+            with sdpa_kernel([kind]):
+                F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+            for t in (q, k, v):
+                t.grad = None
+
+        try:
+            call()
+        except RuntimeError as err:  # this backend does not take this shape or card
+            skipped[name] = str(err).splitlines()[0][:200]
+            continue
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(args.repeats):
+            start = time.perf_counter()
+            call()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+        record[f"{name}_train_ms"] = 1000 * common.median(times)
+        record[f"{name}_peak_mib"] = peak_bytes("cuda", call) / 2**20
+    record["skipped"] = skipped
+    return record
+
+
+def backends_table(args) -> tuple[list[dict], str]:
+    """`measure_backends` at each of --backend-lengths, and its table."""
+    records = [measure_backends(length, args) for length in args.backend_lengths]
+    rows = []
+    for r in records:
+        row = [f"{r['length']:,}"]
+        for name in BACKENDS:
+            ms, mib = r[f"{name}_train_ms"], r[f"{name}_peak_mib"]
+            row += ["—" if ms is None else f"{ms:.2f}", "—" if mib is None else f"{mib:,.0f}"]
+        rows.append(row)
+    headers = ["L"] + [f"{n} {what}" for n in BACKENDS for what in ("ms", "MiB")]
+    return records, common.table(headers, rows)
 
 
 def main() -> None:
@@ -500,9 +572,24 @@ def main() -> None:
     parser.add_argument("--block-size", type=int, default=64, help="bigbird's block")
     parser.add_argument("--random-blocks", type=int, default=3, help="bigbird's r")
     parser.add_argument(
+        "--backend-lengths",
+        default="4096,16384,65536",
+        help="backends (CUDA only): lengths",
+    )
+    parser.add_argument(
         "--only",
-        choices=("attend", "sliding", "efficient"),
-        help="one table; the others' saved rows stay",
+        choices=("attend", "sliding", "efficient", "backends"),
+        help="one table; the others' saved rows stay (backends: on CUDA, and only if named)",
+    )
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        help="measure on this device only (default: the CPU, and CUDA where there is one)",
+    )
+    parser.add_argument(
+        "--results",
+        default="attention",
+        help="results file name, merged into (default: attention; a GPU run: attention-gpu)",
     )
     parser.add_argument(
         "--quick",
@@ -514,17 +601,22 @@ def main() -> None:
     args.sliding_lengths = sorted(int(n) for n in args.sliding_lengths.split(","))
     args.efficient_lengths = sorted(int(n) for n in args.efficient_lengths.split(","))
     args.decode_positions = sorted(int(n) for n in args.decode_positions.split(","))
+    args.backend_lengths = sorted(int(n) for n in args.backend_lengths.split(","))
     if args.quick:
         lengths, args.repeats = [n for n in lengths if n <= 2048], 3
         args.sliding_lengths = [n for n in args.sliding_lengths if n <= 16384]
         args.efficient_lengths = [n for n in args.efficient_lengths if n <= 4096]
         args.decode_positions = [n for n in args.decode_positions if n <= 1024]
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-    where = common.machine() + (
-        f"; {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""
-    )
+    if args.device is not None:
+        if args.device == "cuda" and not torch.cuda.is_available():
+            sys.exit("bench_attention: --device cuda, but PyTorch sees no CUDA device here")
+        devices = [args.device]
+    if args.only == "backends" and not torch.cuda.is_available():
+        sys.exit("bench_attention: --only backends measures SDPA's CUDA backends: no CUDA here")
+    where = common.machine() + (f"; {torch.cuda.get_device_name()}" if "cuda" in devices else "")
     saved_args = {k: str(v) for k, v in vars(args).items()}
-    payload = previous_results()
+    payload = previous_results(args.results)
     if args.only in (None, "attend"):
         records, table = attend_table(args, lengths, devices)
         print(
@@ -564,10 +656,19 @@ def main() -> None:
         )
         print(table)
         payload["efficient"] = {**common.provenance(args.threads), "args": saved_args, **found}
+    if args.only == "backends":
+        records, table = backends_table(args)
+        print(
+            f"\nSDPA's CUDA backends, each forced: causal self-attention, bf16, batch 1, "
+            f"{HEADS} heads of {HEAD_SIZE}, forward + backward, median of {args.repeats}; "
+            f"peak = one call's; {where}\n"
+        )
+        print(table)
+        payload["backends"] = {**common.provenance(), "args": saved_args, "results": records}
     if args.only in (None, "attend"):
-        path = common.write_json("attention", payload)
+        path = common.write_json(args.results, payload)
     else:  # the top level is the attend table's provenance: it stays as it was measured
-        path = common.RESULTS / "attention.json"
+        path = common.RESULTS / f"{args.results}.json"
         path.write_text(json.dumps(payload, indent=1) + "\n")
     print(f"\nwritten {path}")
 

@@ -74,12 +74,13 @@ SYSTEMS = (
     "aiayn-static",
     "aiayn-compiled",
     "aiayn-int8-compiled",
+    "aiayn-cudagraph",
 )
 DEFAULT_SYSTEMS = (*SYSTEMS[:5], "hf", "ct2-fp32", "ct2-int8", "ct2-int8-vmap", "aiayn-static")
 BF16_SYSTEMS = ("aiayn-bf16", "hf-bf16")
 SHORTLIST_SYSTEMS = ("aiayn-shortlist", "aiayn-int8-shortlist")
 VMAP_SYSTEMS = ("ct2-fp32-vmap", "ct2-int8-vmap")
-STATIC_SYSTEMS = ("aiayn-static", "aiayn-compiled", "aiayn-int8-compiled")
+STATIC_SYSTEMS = ("aiayn-static", "aiayn-compiled", "aiayn-int8-compiled", "aiayn-cudagraph")
 # Fixed in advance, not chosen by this run's times: aiayn's int8 setting as `--dtype int8`
 # ships it (fp32 output projection), the one bench_quality.py keeps within 0.3 BLEU of fp32.
 BEST_OF = "aiayn-int8-fp32out"
@@ -106,6 +107,7 @@ LABELS = {
     "aiayn-static": "aiayn static step",
     "aiayn-compiled": "aiayn compiled step",
     "aiayn-int8-compiled": "aiayn int8 compiled step",
+    "aiayn-cudagraph": "aiayn step as a CUDA graph",
 }
 
 
@@ -149,6 +151,7 @@ def aiayn_runner(
     int8_output: bool = True,
     static: bool = False,
     compiled: bool = False,
+    compile_mode: str | None = None,
 ):
     """aiayn's searches; with `step_threads`, the decoding steps use that many threads.
 
@@ -156,7 +159,8 @@ def aiayn_runner(
     projection in int8 too); `shortlist`: a saved `aiayn.inference.shortlist.Shortlist` whose
     candidates alone the output projection scores; `static`: decode on the step of fixed
     shapes (`aiayn.inference.static_step.StaticDecoder`, batch x beam slots), `compiled`:
-    compiled by `torch.compile` in the setting's first (untimed) call.
+    compiled by `torch.compile` in the setting's first (untimed) call; `compile_mode`:
+    by `torch.compile` in that mode ("reduce-overhead": replayed as a CUDA graph).
     """
     import torch
 
@@ -186,7 +190,12 @@ def aiayn_runner(
             key = (len(src) * beam, tgt_len, len(src[0]))
             if key not in static_models:
                 static_models[key] = StaticDecoder(
-                    model, key[0], max_target=tgt_len, max_source=len(src[0]), compile=compiled
+                    model,
+                    key[0],
+                    max_target=tgt_len,
+                    max_source=len(src[0]),
+                    compile=compiled,
+                    compile_mode=compile_mode,
                 )
             decoded = static_models[key]
         fixed = FixedLength(decoded, tgt_len)
@@ -298,6 +307,7 @@ def worker(
             int8_output=False,
             static=True,
             compiled=system.endswith("compiled"),
+            compile_mode="reduce-overhead" if system == "aiayn-cudagraph" else None,
         )
     elif system.startswith("aiayn"):
         step_threads = 1 if system == "aiayn-steps1" else None

@@ -58,6 +58,8 @@ LABELS = {"aiayn": "aiayn", "hf": "HF MarianMTModel", "torch-nn": "torch.nn.Tran
 LABELS.update({f"{s}-bf16": f"{label}, bf16 autocast" for s, label in LABELS.items()})
 COMPILED = "aiayn-compiled"  # not in the defaults: --systems aiayn,aiayn-compiled
 LABELS[COMPILED] = "aiayn, torch.compile"
+COMPILED_BF16 = f"{COMPILED}-bf16"  # and its bf16 autocast form (a GPU's setting)
+LABELS[COMPILED_BF16] = "aiayn, torch.compile, bf16 autocast"
 
 
 def build(system: str, size: str, dropout: float):
@@ -176,7 +178,7 @@ def worker(
     device_type = torch.device(device).type
     # The forward pass and loss through torch.compile (the backward through AOTAutograd);
     # the first (warm-up) step compiles. FLOPs are counted on the eager function.
-    timed_loss = torch.compile(fp32_loss) if system == COMPILED else fp32_loss
+    timed_loss = torch.compile(fp32_loss) if system.startswith(COMPILED) else fp32_loss
 
     def loss_fn(src, tgt, compute=timed_loss):
         with torch.autocast(device_type, dtype=torch.bfloat16, enabled=system.endswith("-bf16")):
@@ -275,8 +277,10 @@ def main() -> None:
     systems = args.systems.split(",")
     if args.quick:
         args.warmup, args.rounds = 2, 4
-        systems = [s for s in systems if s not in BF16_SYSTEMS]
-    systems = common.without_unsupported_bf16(systems, BF16_SYSTEMS, args.device)
+        systems = [s for s in systems if s not in (*BF16_SYSTEMS, COMPILED_BF16)]
+    systems = common.without_unsupported_bf16(systems, (*BF16_SYSTEMS, COMPILED_BF16), args.device)
+    if not systems:  # --quick drops the bf16 systems
+        parser.error(f"no system left to time of --systems {args.systems} (--quick: fp32 only)")
     rows, records = [], []
     for size in args.sizes.split(","):
         workers = {
@@ -299,7 +303,7 @@ def main() -> None:
         n_tokens = args.batch * args.tgt_len
         for s in systems:
             seconds = common.median(times[s])
-            suffix = "-bf16" if s in BF16_SYSTEMS else ""  # peers of the same precision
+            suffix = "-bf16" if s.endswith("-bf16") else ""  # peers of the same precision
             vs = {
                 peer: common.median(
                     [a / b for a, b in zip(times[peer + suffix], times[s], strict=True)]
@@ -348,7 +352,8 @@ def main() -> None:
     headers = ["shape", "system", "params", "tgt tok/s", "ms/step", "TFLOP/s", "MFU"]
     print(common.table([*headers, "vs HF", "vs torch.nn"], rows))
     # One file per kind of run, so that a compile or dropout-0 run keeps the peer table's.
-    name = args.results or ("train-compile" if COMPILED in systems else "train")
+    compiled = COMPILED in systems or COMPILED_BF16 in systems
+    name = args.results or ("train-compile" if compiled else "train")
     if args.dropout != 0.1 and not args.results:
         name += f"-dropout{args.dropout:g}"
     method = (

@@ -20,6 +20,9 @@ CI_ALLOWED_SKIPS = {
     # only be checked where CUDA is absent. CI's torch is the CPU wheel (Makefile), so
     # there it runs; a CI=true run on a GPU machine skips it.
     "a CUDA device exists here": "needs a machine without CUDA",
+    # tests/cuda: the GPU paths, checked against the CPU. CI's machine has no GPU (and its
+    # torch is the CPU wheel); they run on a lent GPU machine (docs: results/gpu.md).
+    "needs CUDA: no CUDA device here": "needs a CUDA GPU",
 }
 
 

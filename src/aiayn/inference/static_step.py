@@ -554,6 +554,8 @@ class StaticDecoder:
         max_target, max_source: see `StaticStep`.
         compile: compile the step now, ahead of time (`StaticStep.compile` with
             AOTInductor).
+        compile_mode: compile the step now with `torch.compile` in this mode instead
+            (e.g. "reduce-overhead": on CUDA, the step replayed as a CUDA graph).
 
     Raises:
         ValueError: what `StaticStep` refuses.
@@ -566,11 +568,14 @@ class StaticDecoder:
         max_target: int | None = None,
         max_source: int | None = None,
         compile: bool = False,
+        compile_mode: str | None = None,
     ) -> None:
         self.model = model
         self.cfg = model.cfg
         self.step = StaticStep(model, slots, max_target, max_source)
-        if compile:
+        if compile_mode is not None:
+            self.step.compile(log_probs=False, mode=compile_mode)
+        elif compile:
             self.step.compile(log_probs=False, ahead_of_time=True)
 
     def start(self, src: Tensor, beam: int = 1) -> StaticDecoding:

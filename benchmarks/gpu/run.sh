@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The GPU session's measurements (issue 35), as run on a lent GPU machine through the
+# device tool: one prepared script, each step under its own time limit, every log and
+# results file packed into $OUT after each step (a step cut off keeps the others').
+#
+#   bash benchmarks/gpu/run.sh a     # CUDA tests, training MFU, decoding, long attention
+#   bash benchmarks/gpu/run.sh b     # the quickstart on the GPU, ListOps per kernel
+#
+# The machine's own python3 (PyTorch with CUDA) runs aiayn from src/ (it is not
+# installed there); the prepared Bible corpus travels in .gpu/qs/data (git-ignored).
+set -u
+part=${1:?usage: run.sh a|b}
+OUT=${OUT:-/tmp/gpu-out}
+W=/tmp/gpu-work
+mkdir -p "$OUT" "$W"
+export PYTHONPATH=$PWD/src:$PWD PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+PY=${PY:-python3}
+
+pack() { tar czf "$OUT/gpu-$part.tgz" -C "$W" . 2>/dev/null; }
+step() {  # step NAME SECONDS COMMAND...: run it, log it, record its exit status and time
+    local name=$1 limit=$2 began=$SECONDS
+    shift 2
+    echo "== $name (limit ${limit}s)"
+    timeout --kill-after=10 "$limit" "$@" >"$W/$name.log" 2>&1
+    local rc=$?
+    echo "$name rc=$rc ${SECONDS}s-${began}s=$((SECONDS - began))s" | tee -a "$W/steps.txt"
+    tail -n 25 "$W/$name.log"
+    cp benchmarks/results/*gpu*.json "$W/" 2>/dev/null
+    pack
+}
+
+if [ "$part" = a ]; then
+    step env 30 bash -c "nvidia-smi; $PY -c 'import torch, transformers; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(), transformers.__version__)'; nproc; free -g"
+    step cuda-tests 100 $PY -m pytest tests/cuda -q -n 8 -p no:cacheprovider --junitxml="$W/cuda-tests.xml"
+    step train 170 $PY -m benchmarks.bench_train --device cuda --sizes base,big \
+        --systems aiayn-bf16,aiayn-compiled-bf16,hf-bf16,torch-nn-bf16 \
+        --batch 800 --src-len 32 --tgt-len 32 --warmup 2 --rounds 6 --results train-gpu
+    step decode-b32 90 $PY -m benchmarks.bench_decode --device cuda --threads 4 --sizes base \
+        --beams 1,4 --batch 32 --no-latency --rounds 3 \
+        --systems aiayn,aiayn-bf16,hf,hf-bf16,aiayn-static,aiayn-cudagraph --results decode-gpu-b32
+    step decode-b256 60 $PY -m benchmarks.bench_decode --device cuda --threads 4 --sizes base \
+        --beams 1,4 --batch 256 --no-latency --rounds 3 \
+        --systems aiayn,aiayn-bf16,hf,hf-bf16 --results decode-gpu-b256
+    step attention 60 $PY -m benchmarks.bench_attention --device cuda --results attention-gpu \
+        --lengths 1024,4096,16384,65536 --max-gib 24 --repeats 3
+    step backends 25 $PY -m benchmarks.bench_attention --only backends --results attention-gpu \
+        --backend-lengths 4096,16384,65536 --max-gib 24 --repeats 3
+fi
+
+if [ "$part" = b ]; then
+    step quickstart 150 $PY -m aiayn quickstart --device cuda --out .gpu/qs --minutes 1.5
+    cp -r .gpu/qs/results.json .gpu/qs/run/metrics.jsonl .gpu/qs/run/train.log "$W/" 2>/dev/null
+    pack
+    # LISTOPS
+fi
+echo "done: $(cat "$W/steps.txt" | tr '\n' ';')"
