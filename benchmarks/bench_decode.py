@@ -237,7 +237,7 @@ def hf_runner(directory: Path, threads: int, bf16: bool = False, device: str = "
             length_penalty=1.0,
             early_stopping=False,
         )
-        ids = torch.tensor(src)
+        ids = torch.tensor(src, device=device)
         with torch.inference_mode():
             out = model.generate(
                 input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config

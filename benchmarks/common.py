@@ -284,7 +284,11 @@ def cpu_flags() -> list[str]:
 
 
 def commit() -> str | None:
-    """The checkout's commit, with "+changes" when its tracked files differ from it."""
+    """The checkout's commit, with "+changes" when its tracked files differ from it; or
+    AIAYN_BENCH_COMMIT where set (a copy of the tree whose .git lags behind it, as on
+    the lent GPU machine: benchmarks/gpu/run.sh)."""
+    if os.environ.get("AIAYN_BENCH_COMMIT"):
+        return os.environ["AIAYN_BENCH_COMMIT"]
     try:
         head = subprocess.run(
             ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
@@ -386,10 +390,20 @@ def provenance(threads: int | None = None) -> dict[str, Any]:
         "load": load,
         "machine": machine(),
         "cpu_flags": cpu_flags(),
+        **({"gpu": gpu} if (gpu := gpu_name()) else {}),
         "versions": versions(),
         "commit": commit(),
         "command": command_line(),
     }
+
+
+def gpu_name() -> str | None:
+    """The CUDA device's name where this process has imported torch and sees one, else None
+    (never imports torch itself: CTranslate2's workers go without it)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_name()
 
 
 def command_line() -> str:

@@ -127,6 +127,8 @@ def source(
     missing = []
     said.append(data.get("date", "no date"))
     said.append(f'"{data["machine"]}"' if "machine" in data else "machine not recorded")
+    if "gpu" in data:
+        said.append(data["gpu"])
     if "cpu_flags" in data:
         flags = [f for f in KEY_FLAGS if f in data["cpu_flags"]]
         absent = [f for f in ("avx512f", "avx512_bf16", "amx_tile") if f not in data["cpu_flags"]]
@@ -494,8 +496,8 @@ def kernels() -> str:
     return table(headers, rows, left=3) + "\n\n" + source("kernels", data)
 
 
-def attention() -> str:
-    data = load("attention")
+def attention(name: str = "attention") -> str:
+    data = load(name)
     rows = []
     for r in data["results"]:
         skipped = "explicit_ms" not in r or r["explicit_ms"] is None
@@ -509,11 +511,11 @@ def attention() -> str:
             ]
         )
     headers = ["length", "SDPA ms", "SDPA peak MiB", "explicit ms", "explicit peak MiB"]
-    return table(headers, rows, left=1) + "\n\n" + source("attention", data)
+    return table(headers, rows, left=1) + "\n\n" + source(name, data)
 
 
-def sliding_window() -> str:
-    data = load("attention")["sliding_window"]
+def sliding_window(name: str = "attention") -> str:
+    data = load(name)["sliding_window"]
     rows, notes = [], []
     for r in data["results"]:
         skipped = r.get("skipped", {})
@@ -538,7 +540,7 @@ def sliding_window() -> str:
         )
     headers = ["length", "sliding ms", "sliding fwd+bwd ms", "sliding peak MiB"]
     headers += ["band-mask SDPA ms", "band-mask peak MiB", "full SDPA ms", "full SDPA peak MiB"]
-    line = source("attention", data, record="sliding_window")
+    line = source(name, data, record="sliding_window")
     skipped = "Skipped: " + "; ".join(notes) + "." if notes else ""
     return "\n\n".join(part for part in (table(headers, rows, left=1), skipped, line) if part)
 
@@ -1362,10 +1364,10 @@ def train_profile(name: str = "train-profile") -> str:
     return text + "\n\n" + source(name, data)
 
 
-def efficient_attention() -> str:
+def efficient_attention(name: str = "attention") -> str:
     """bench_attention --only efficient: each kernel's training pass by length, the
     crossover against SDPA, and the causal kernels' decoding step by position."""
-    data = load("attention")["efficient"]
+    data = load(name)["efficient"]
     kernels = ("sdpa", "sliding_window", "bigbird", "linear", "performer")
     causal = ("sdpa", "sliding_window", "linear", "performer")
 
@@ -1396,9 +1398,33 @@ def efficient_attention() -> str:
             table(headers, rows),
             f"First length at which a kernel's forward + backward beats SDPA's: {crossing}.",
             table(decode_headers, decode_rows),
-            source("attention", data, record="efficient"),
+            source(name, data, record="efficient"),
         ]
     )
+
+
+def sdpa_backends(name: str = "attention-gpu") -> str:
+    """bench_attention --only backends: SDPA's CUDA backends, each forced, by length."""
+    data = load(name)["backends"]
+    kinds = {"flash": "FlashAttention", "efficient": "memory-efficient", "math": "math"}
+
+    def cell(value: float | None) -> str:
+        return "—" if value is None else number(value)
+
+    rows = [
+        [f"{r['length']:,}"]
+        + [cell(r[f"{k}_{field}"]) for k in kinds for field in ("train_ms", "peak_mib")]
+        for r in data["results"]
+    ]
+    headers = ["length"] + [f"{label} {what}" for label in kinds.values() for what in ("ms", "MiB")]
+    notes = [
+        f"{r['length']:,}, {kinds[k]}: {why}"
+        for r in data["results"]
+        for k, why in r.get("skipped", {}).items()
+    ]
+    skipped = "Not run: " + "; ".join(notes) + "." if notes else ""
+    parts = (table(headers, rows, left=1), skipped, source(name, data, record="backends"))
+    return "\n\n".join(part for part in parts if part)
 
 
 TABLES: dict[str, Callable[[], str]] = {
@@ -1415,6 +1441,10 @@ TABLES: dict[str, Callable[[], str]] = {
     "attention": attention,
     "sliding-window": sliding_window,
     "efficient-attention": efficient_attention,
+    "gpu-attention": lambda: attention("attention-gpu"),
+    "gpu-sliding-window": lambda: sliding_window("attention-gpu"),
+    "gpu-efficient-attention": lambda: efficient_attention("attention-gpu"),
+    "gpu-sdpa-backends": sdpa_backends,
     "positions-extrapolation": positions_extrapolation,
     "positions-bible": positions_bible,
     "pruning": pruning,
@@ -1467,6 +1497,10 @@ WHEN = {
     "int8-kernels": recorded("int8-kernels"),
     "efficient-attention": lambda: "efficient" in load("attention"),
     "train-profile-bf16": recorded("train-profile-bf16"),
+    "gpu-attention": recorded("attention-gpu"),
+    "gpu-sliding-window": recorded("attention-gpu"),
+    "gpu-efficient-attention": recorded("attention-gpu"),
+    "gpu-sdpa-backends": recorded("attention-gpu"),
 }
 
 

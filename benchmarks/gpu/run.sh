@@ -48,9 +48,35 @@ if [ "$part" = a ]; then
 fi
 
 if [ "$part" = b ]; then
-    step quickstart 150 $PY -m aiayn quickstart --device cuda --out .gpu/qs --minutes 1.5
-    cp -r .gpu/qs/results.json .gpu/qs/run/metrics.jsonl .gpu/qs/run/train.log "$W/" 2>/dev/null
+    # the second call: part a's cut-off steps again, one size each and no compiled row
+    # (compiling base and big took part a's whole 170 s), HF on the GPU fixed
+    step train-big 95 $PY -m benchmarks.bench_train --device cuda --sizes big \
+        --systems aiayn-bf16,hf-bf16,torch-nn-bf16 \
+        --batch 800 --src-len 32 --tgt-len 32 --warmup 2 --rounds 5 --results train-gpu-big
+    step decode-b32 60 $PY -m benchmarks.bench_decode --device cuda --threads 4 --sizes base \
+        --beams 1,4 --batch 32 --no-latency --rounds 3 \
+        --systems aiayn,aiayn-bf16,hf,hf-bf16,aiayn-cudagraph --results decode-gpu-b32
+    # the quickstart and the ListOps runs share the card (said with their figures):
+    # every ListOps run gets the same 2.5 training minutes, side by side
+    step listops-quickstart 200 bash -c "\
+        $PY -m benchmarks.bench_efficient --device cuda --data .gpu/listops --steps 100000 \
+            --parallel 15 --workdir /tmp/listops-runs --set train.max_minutes=2.5 \
+            --set train.valid_every_steps=100 > $W/listops.log 2>&1 & \
+        $PY -m aiayn quickstart --device cuda --out .gpu/qs --minutes 2.5 > $W/quickstart.log 2>&1; \
+        wait"
+    tail -n 12 "$W/listops.log"
+    for d in /tmp/listops-runs/*/; do
+        n=$(basename "$d"); mkdir -p "$W/listops-runs/$n"
+        cp "$d"/result.json "$d"/metrics.jsonl "$d"/train.log "$W/listops-runs/$n/" 2>/dev/null
+    done
+    cp /tmp/listops-runs/*.log "$W/listops-runs/" 2>/dev/null
+    cp .gpu/qs/results.json "$W/quickstart-results.json" 2>/dev/null
+    cp .gpu/qs/run/metrics.jsonl "$W/quickstart-metrics.jsonl" 2>/dev/null
+    cp .gpu/qs/run/train.log "$W/quickstart-train.log" 2>/dev/null
+    cp benchmarks/results/*gpu*.json benchmarks/results/efficient-listops.json "$W/" 2>/dev/null
     pack
-    # LISTOPS
+    step decode-b256 40 $PY -m benchmarks.bench_decode --device cuda --threads 4 --sizes base \
+        --beams 1,4 --batch 256 --no-latency --rounds 3 \
+        --systems aiayn-bf16,hf-bf16 --results decode-gpu-b256
 fi
 echo "done: $(cat "$W/steps.txt" | tr '\n' ';')"
