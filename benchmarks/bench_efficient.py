@@ -160,6 +160,13 @@ def mean_length(data: Path) -> float:
     return statistics.fmean(lengths)
 
 
+def majority_share(data: Path, split: str) -> float:
+    """The percentage of `split`'s texts whose label is its most common one: the
+    accuracy of always answering that class."""
+    labels = (data / f"{split}.label").read_text(encoding="utf-8").split()
+    return 100 * max(labels.count(label) for label in set(labels)) / len(labels)
+
+
 def launch(args: argparse.Namespace) -> list[dict]:
     """Every (kernel, seed) run as a worker process, --parallel at a time; their records."""
     jobs = [(k, s) for s in args.seeds for k in args.kernels]
@@ -240,6 +247,7 @@ def main() -> None:
         "args": {k: str(v) for k, v in vars(args).items()},
         "data": manifest,
         "mean_train_tokens": length,
+        "majority_accuracy": {s: majority_share(args.data, s) for s in ("valid", "test")},
         "shared_device": f"{args.parallel} runs at a time on one {args.device}",
         "wall_seconds": wall,
         "lra_listops": {k: {"model": m, "accuracy": a} for k, (m, a) in LRA_LISTOPS.items()},

@@ -1427,6 +1427,87 @@ def sdpa_backends(name: str = "attention-gpu") -> str:
     return "\n\n".join(part for part in parts if part)
 
 
+def gpu_train(name: str = "train-gpu-big") -> str:
+    """bench_train --device cuda: one shape's training step per system, with MFU."""
+    data = load(name)
+    rows = [
+        [
+            r["size"],
+            TRAIN_LABELS.get(r["system"], r["system"]) + ", bf16 autocast",
+            f"{r['params'] / 1e6:.0f}M",
+            number(r["tokens_per_s"]),
+            number(r["ms_per_step"]),
+            number(r["model_tflops"]),
+            "—" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%",
+            ratio(r["speedup_vs_hf"]),
+            ratio(r["speedup_vs_torch_nn"]),
+        ]
+        for r in data["results"]
+    ]
+    headers = ["shape", "system", "params", "tgt tok/s", "ms/step", "TFLOP/s", "MFU"]
+    headers += ["vs HF", "vs torch.nn"]
+    return table(headers, rows) + "\n\n" + source(name, data)
+
+
+def gpu_decode(name: str = "decode-gpu-b256") -> str:
+    """bench_decode --device cuda: target tokens/s per search and system, against HF."""
+    data = load(name)
+    rows = [
+        [
+            r["size"],
+            r["search"],
+            str(r["batch"]),
+            DECODE_LABELS.get(r["system"], r["system"])
+            + (", bf16" if "bf16" in r["system"] else ""),
+            number(r["tokens_per_s"]),
+            number(r["ms_per_call"]),
+            ratio(r["speedup_vs_hf"]),
+        ]
+        for r in data["results"]
+    ]
+    headers = ["shape", "search", "batch", "system", "tgt tok/s", "ms/call", "vs HF"]
+    return table(headers, rows) + "\n\n" + source(name, data)
+
+
+def efficient_listops(name: str = "efficient-listops") -> str:
+    """bench_efficient: ListOps test accuracy per kernel over seeds, beside LRA's."""
+    data = load(name)
+    rows = []
+    for kernel, s in data["kernels"].items():
+        lra = data["lra_listops"][kernel]
+        rows.append(
+            [
+                kernel,
+                f"{s['test_accuracy']:.1f} ± {s['test_accuracy_std']:.1f}",
+                f"{s['best_valid_accuracy']:.1f}" if "best_valid_accuracy" in s else "—",
+                number(s["steps"]),
+                number(s["tokens_per_s"]) if "tokens_per_s" in s else "—",
+                number(s["peak_mib"]),
+                f"{lra['accuracy']:.1f} ({lra['model']})",
+            ]
+        )
+    headers = ["kernel", "test accuracy % (mean ± std)", "best valid %", "updates"]
+    headers += ["tokens/s", "peak MiB", "LRA's ListOps %"]
+    sizes = data["data"]["sizes"]
+    majority = data.get("majority_accuracy")
+    baseline = (
+        f" Always answering the most common class scores {majority['test']:.1f}% on the "
+        f"test split and {majority['valid']:.1f}% on the validation split."
+        if majority
+        else ""
+    )
+    seeds = ", ".join(map(str, next(iter(data["kernels"].values()))["seeds"]))
+    device = data.get("gpu", data["args"].get("device", ""))
+    said = (
+        f"{len(data['runs'])} runs, seeds {seeds} per kernel, "
+        f"{data['args']['parallel']} at a time on one {device}; ListOps at scale "
+        f"{data['data']['settings']['scale']:g}: {sizes['train']:,} / {sizes['valid']:,} / "
+        f"{sizes['test']:,} train / valid / test expressions, mean {data['mean_train_tokens']:,.0f} "
+        f"tokens.{baseline}"
+    )
+    return "\n\n".join([table(headers, rows, left=1), said, source(name, data)])
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "goals": goals,
     "train": train,
@@ -1445,6 +1526,9 @@ TABLES: dict[str, Callable[[], str]] = {
     "gpu-sliding-window": lambda: sliding_window("attention-gpu"),
     "gpu-efficient-attention": lambda: efficient_attention("attention-gpu"),
     "gpu-sdpa-backends": sdpa_backends,
+    "gpu-train": gpu_train,
+    "gpu-decode": gpu_decode,
+    "efficient-listops": efficient_listops,
     "positions-extrapolation": positions_extrapolation,
     "positions-bible": positions_bible,
     "pruning": pruning,
@@ -1501,6 +1585,9 @@ WHEN = {
     "gpu-sliding-window": recorded("attention-gpu"),
     "gpu-efficient-attention": recorded("attention-gpu"),
     "gpu-sdpa-backends": recorded("attention-gpu"),
+    "gpu-train": recorded("train-gpu-big"),
+    "gpu-decode": recorded("decode-gpu-b256"),
+    "efficient-listops": recorded("efficient-listops"),
 }
 
 
