@@ -3,7 +3,8 @@
     python -m benchmarks.bench_serve --run RUN [--seconds 20]
 
 Two servers run the same model on loopback, one batching (the defaults of `aiayn
-serve`, but `--max-wait-ms`) and one not (`--max-batch 1`: each sentence decoded alone, in arrival
+serve`, but `--max-wait-ms`; or with `--continuous N`, `aiayn serve --continuous N`:
+N sentences decoded at once, each joining and leaving at a step boundary) and one not (`--max-batch 1`: each sentence decoded alone, in arrival
 order). For 1, 4, 16 and 64 concurrent clients the servers take turns, `--rounds`
 slices of each cell in alternation, so that both see the same machine load. Each
 client sends one sentence per request (beam `--beam`), waits for the answer, then
@@ -169,6 +170,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads of each server")
     parser.add_argument("--beam", type=int, default=4, help="beam width of every request")
     parser.add_argument("--max-wait-ms", type=float, default=5.0, help="the batching server's")
+    parser.add_argument(
+        "--continuous",
+        type=int,
+        metavar="N",
+        help="the batching server batches continuously, N sentences at once",
+    )
     parser.add_argument("--results", default="serve", help="results file name")
     args = parser.parse_args()
 
@@ -178,8 +185,13 @@ def main() -> None:
         sentences = [line for line in read_lines(args.sentences) if line.strip()]
     else:
         sentences = test_sentences(args.run)
+    batching = (
+        ["--continuous", str(args.continuous)]
+        if args.continuous
+        else ["--max-wait-ms", str(args.max_wait_ms)]
+    )
     modes = {
-        "batching": ["--max-wait-ms", str(args.max_wait_ms)],
+        "batching": batching,
         "one at a time": ["--max-batch", "1"],
     }
     servers = {
@@ -220,6 +232,7 @@ def main() -> None:
             "think_ms": args.think_ms,
             "beam": args.beam,
             "max_wait_ms": args.max_wait_ms,
+            "continuous": args.continuous,
             "threads": args.threads,
             "cells": cells,
         },

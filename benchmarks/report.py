@@ -632,7 +632,12 @@ def serve(name: str) -> str:
     ]
     headers = ["clients", "server", "sentences/s", "p50 ms", "p95 ms", "p99 ms", "mean batch"]
     headers += ["429s", "vs one at a time"]
-    settings = f"Beam {data['beam']}, --max-wait-ms {data['max_wait_ms']:g}, "
+    batching = (
+        f"the batching server with --continuous {data['continuous']}"
+        if data.get("continuous")
+        else f"--max-wait-ms {data['max_wait_ms']:g}"
+    )
+    settings = f"Beam {data['beam']}, {batching}, "
     settings += f"{data['threads']} torch thread per server, {data['rounds']} rounds per cell."
     return settings + "\n\n" + table(headers, rows) + "\n\n" + source(name, data, needs_quiet=True)
 
@@ -1427,6 +1432,31 @@ def sdpa_backends(name: str = "attention-gpu") -> str:
     return "\n\n".join(part for part in parts if part)
 
 
+def translate_file(name: str = "translate") -> str:
+    """bench_translate.py: a whole file through `aiayn translate`, batches against the
+    continuous engine: sentences/s, the ratio, BLEU and the lines equal to batches'."""
+    data = load(name)
+    rows = [
+        [
+            str(c["threads"]),
+            f"`{c['system']}`",
+            number(c["sentences_per_s"]),
+            number(c["seconds"]),
+            ratio(c["speedup_vs_batches"]),
+            f"{c['bleu']:.2f}",
+            "" if c["same_as_batches"] is None else f"{c['same_as_batches']}/{c['sentences']}",
+        ]
+        for c in data["cells"]
+    ]
+    headers = ["threads", "system", "sentences/s", "seconds", "vs batches", "BLEU"]
+    headers += ["lines equal to batches'"]
+    said = (
+        f"{data['cells'][0]['sentences']} test sentences, beam {data['beam']}, alpha "
+        f"{data['alpha']:g}, median of {data['rounds']} rounds."
+    )
+    return "\n\n".join([said, table(headers, rows), source(name, data, needs_quiet=True)])
+
+
 def gpu_train(name: str = "train-gpu-big") -> str:
     """bench_train --device cuda: one shape's training step per system, with MFU."""
     data = load(name)
@@ -1527,6 +1557,9 @@ TABLES: dict[str, Callable[[], str]] = {
     "gpu-efficient-attention": lambda: efficient_attention("attention-gpu"),
     "gpu-sdpa-backends": sdpa_backends,
     "gpu-train": gpu_train,
+    "translate": translate_file,
+    "serve-continuous": lambda: serve("serve-continuous"),
+    "serve-dynamic": lambda: serve("serve-dynamic"),
     "gpu-decode": gpu_decode,
     "efficient-listops": efficient_listops,
     "positions-extrapolation": positions_extrapolation,
@@ -1586,6 +1619,9 @@ WHEN = {
     "gpu-efficient-attention": recorded("attention-gpu"),
     "gpu-sdpa-backends": recorded("attention-gpu"),
     "gpu-train": recorded("train-gpu-big"),
+    "translate": recorded("translate"),
+    "serve-continuous": recorded("serve-continuous"),
+    "serve-dynamic": recorded("serve-dynamic"),
     "gpu-decode": recorded("decode-gpu-b256"),
     "efficient-listops": recorded("efficient-listops"),
 }

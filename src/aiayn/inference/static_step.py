@@ -162,6 +162,11 @@ class StaticStep:
             True: self._log_probs,
         }
         self.compile_seconds: float | None = None
+        # Eager steps attend only the positions written so far (the stores' prefix up to
+        # the furthest slot, and the longest source loaded): views, the same values. A
+        # compiled step keeps the fixed shapes it was compiled for.
+        self.trim = True
+        self._source_end = 0  # the longest source loaded so far
         self._plain: dict[int, Tensor] = {}  # packed product -> plain weight (`compile`)
         self._written: list[Tensor] | None = None  # each layer's new keys, values (exported)
 
@@ -199,6 +204,7 @@ class StaticStep:
             self.cross_values[i][slots, :, :length] = values.index_select(0, rows).to(self.dtype)
         self.source_mask[slots] = False
         self.source_mask[slots, :length] = encoded.real_tokens.index_select(0, rows)
+        self._source_end = max(self._source_end, length)
         return encoded.real_tokens.sum(dim=1)
 
     @torch.no_grad()
@@ -298,6 +304,7 @@ class StaticStep:
             Seconds the compilation and warm-up took (also `compile_seconds`).
         """
         self._unpack_products()
+        self.trim = False  # fixed shapes, compiled once
         eager = self._log_probs if log_probs else self._logits
         began = time.perf_counter()
         tokens = torch.full((self.slots,), self.cfg.bos_id, dtype=torch.long, device=self.device)
@@ -410,22 +417,26 @@ class StaticStep:
             x = x + self.position_table[positions][:, None]
         if embedding.norm is not None:
             x = embedding.norm(x)
-        written = torch.arange(self.max_target, device=tokens.device) <= positions[:, None]
+        # L positions attended: all the stores hold, or (eager) up to the furthest slot
+        end = int(positions.max()) + 1 if self.trim else self.max_target
+        source_end = max(self._source_end, 1) if self.trim else self.max_source
+        written = torch.arange(end, device=tokens.device) <= positions[:, None]
         self_mask = written[:, None, None, :]  # (N, 1, 1, L)
         bias = None
         if self.bias_table is not None:  # (H, L, L): row p is the query at position p
-            bias = self.bias_table[:, positions].transpose(0, 1)[:, :, None, :]  # (N, H, 1, L)
+            bias = self.bias_table[:, positions, :end].transpose(0, 1)[:, :, None, :]
         # an empty slot attends everything (finite junk, never NaN, which would reach the
         # values a later sentence in that slot masks out: 0 x NaN is NaN)
-        source_mask = self.source_mask | ~self.source_mask.any(dim=1, keepdim=True)
+        source_mask = self.source_mask[:, :source_end]
+        source_mask = source_mask | ~source_mask.any(dim=1, keepdim=True)
         cross_mask = source_mask[:, None, None, :]  # (N, 1, 1, S)
         for i, layer in enumerate(decoder.layers):
             h = layer.self_residual.sublayer_input(x)
-            out = self._self_attention(layer.self_attn, h, i, positions, self_mask, bias)
+            out = self._self_attention(layer.self_attn, h, i, positions, self_mask, bias, end)
             x = layer.self_residual(x, out)
             if self.cross:
                 h = layer.cross_residual.sublayer_input(x)
-                out = self._cross_attention(layer.cross_attn, h, i, cross_mask)
+                out = self._cross_attention(layer.cross_attn, h, i, cross_mask, source_end)
                 x = layer.cross_residual(x, out)
             if layer.feed_forward is not None:
                 h = layer.ff_residual.sublayer_input(x)
@@ -440,8 +451,10 @@ class StaticStep:
         positions: Tensor,
         mask: Tensor,
         bias: Tensor | None,
+        end: int,
     ) -> Tensor:
-        """(N, 1, D) -> (N, 1, D): this step's keys and values written at `positions`."""
+        """(N, 1, D) -> (N, 1, D): this step's keys and values written at `positions`,
+        then attended over the stores' first `end` positions."""
         if isinstance(attention, FrozenSelfAttention):
             q, k, v = self._product(attention.qkv_proj, h).split(attention.sizes, dim=-1)
         else:
@@ -461,6 +474,7 @@ class StaticStep:
             keys = keys.scatter(2, where.expand(k.shape), k)
             values = values.scatter(2, where.expand(v.shape), v)
             self._written += [k, v]
+        keys, values = keys[:, :, :end], values[:, :, :end]
         out = _attend(q, keys, values, mask, bias, attention.kv_of_head)
         return self._output(attention, out)
 
@@ -470,10 +484,13 @@ class StaticStep:
         h: Tensor,
         layer: int,
         mask: Tensor,
+        end: int,
     ) -> Tensor:
-        """(N, 1, D) -> (N, 1, D): attend the stored source of each slot."""
+        """(N, 1, D) -> (N, 1, D): attend the stored source of each slot (its first `end`
+        positions: where any source was written)."""
         q = split_heads(self._product(attention.q_proj, h), attention.n_heads)  # (N, H, 1, Dk)
-        keys, values = self.cross_keys[layer], self.cross_values[layer]
+        keys = self.cross_keys[layer][:, :, :end]
+        values = self.cross_values[layer][:, :, :end]
         out = _attend(q, keys, values, mask, None, attention.kv_of_head)
         return self._output(attention, out)
 

@@ -1,0 +1,142 @@
+"""`aiayn translate` of a whole file: fixed batches against the continuous-batching engine.
+
+    python -m benchmarks.bench_translate --run RUN [--threads 2,1] [--rounds 2]
+
+The test split of RUN's corpus (the quickstart's: 296 verses), beam 8 and alpha 1.0
+(the quickstart's scoring), translated by the command a user runs, each system a
+`python -m aiayn translate` process of its own, timed from start to exit (loading
+included, the same for every system):
+
+- `batches`: today's default, sentences sorted by length and cut into batches of
+  `--max-tokens` 4096 source tokens, each decoded until its longest sentence ends;
+- `continuous-N`: `--continuous N`, N sentences at once, each taking a free slot at
+  the next step as another finishes;
+- `continuous-compiled-N`: the same with `--compile` (its compilation inside the time).
+
+The values of N are fixed before the run (default 8 and 32). The systems take turns round by round, with
+OpenMP's passive waiting. Reported: sentences/s (median over rounds), the ratio to
+`batches`, BLEU of each output against the references (sacreBLEU), and how many
+lines equal `batches`' output. Writes results/translate.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks import common
+
+SYSTEMS = ("batches", "continuous-8", "continuous-32", "continuous-compiled-32")
+
+
+def options(system: str) -> list[str]:
+    """The `aiayn translate` options of `system`: "batches", "continuous-N" or
+    "continuous-compiled-N"."""
+    if system == "batches":
+        return []
+    kind, _, slots = system.rpartition("-")
+    if kind not in ("continuous", "continuous-compiled") or not slots.isdigit():
+        raise ValueError(f"unknown system {system!r}: batches, continuous-N, continuous-compiled-N")
+    return ["--continuous", slots, *(["--compile"] if kind == "continuous-compiled" else [])]
+
+
+def translate(run: Path, source: Path, out: Path, system: str, args, threads: int) -> float:
+    """Seconds `aiayn translate` took for `source` into `out`."""
+    command = [sys.executable, "-m", "aiayn", "translate", str(run), "-i", str(source)]
+    command += ["-o", str(out), "--beam", str(args.beam), "--alpha", str(args.alpha)]
+    command += options(system)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_WAIT_POLICY="PASSIVE")
+    env["KMP_BLOCKTIME"] = "0"
+    began = time.perf_counter()
+    subprocess.run(command, env=env, check=True, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - began
+
+
+def main() -> None:
+    import sacrebleu
+
+    from aiayn.data.corpus import PreparedCorpus
+    from aiayn.files import read_lines
+    from aiayn.training.recipe import load_recipe
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", type=Path, required=True)
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--beam", type=int, default=8)
+    parser.add_argument("--alpha", type=float, default=1.0)
+    parser.add_argument("--threads", default="2", help="thread counts, in turn")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--results", default="translate")
+    args = parser.parse_args()
+    systems = args.systems.split(",")
+    corpus = PreparedCorpus.load(load_recipe(args.run / "config.yaml").corpus)
+    source, reference = corpus.files("test")
+    refs = read_lines(reference)
+    n = len(read_lines(source))
+    cells, rows = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for threads in (int(t) for t in args.threads.split(",")):
+            times = {s: [] for s in systems}
+            outputs = {}
+            for r in range(args.rounds):
+                for system in systems[r % len(systems) :] + systems[: r % len(systems)]:
+                    out = Path(tmp) / f"{system}-{threads}.txt"
+                    times[system].append(translate(args.run, source, out, system, args, threads))
+                    outputs[system] = read_lines(out)
+            base = outputs.get("batches")
+            for system in systems:
+                seconds = common.median(times[system])
+                bleu = sacrebleu.corpus_bleu(outputs[system], [refs]).score
+                same = (
+                    None
+                    if base is None
+                    else sum(a == b for a, b in zip(outputs[system], base, strict=True))
+                )
+                ratio = (
+                    common.median(
+                        [b / s for b, s in zip(times["batches"], times[system], strict=True)]
+                    )
+                    if "batches" in times
+                    else None
+                )
+                cell = dict(
+                    threads=threads,
+                    system=system,
+                    sentences=n,
+                    seconds=seconds,
+                    times_s=times[system],
+                    sentences_per_s=n / seconds,
+                    speedup_vs_batches=ratio,
+                    bleu=bleu,
+                    same_as_batches=same,
+                )
+                cells.append(cell)
+                rows.append(
+                    [threads, system, f"{n / seconds:.2f}", f"{seconds:.1f}",
+                     "" if ratio is None else f"{ratio:.2f}x", f"{bleu:.2f}",
+                     "" if same is None else f"{same}/{n}"]
+                )  # fmt: skip
+    headers = ["threads", "system", "sentences/s", "seconds", "vs batches", "BLEU", "same"]
+    print(common.table(headers, rows))
+    path = common.write_json(
+        args.results,
+        {
+            "run": str(args.run),
+            "beam": args.beam,
+            "alpha": args.alpha,
+            "rounds": args.rounds,
+            "method": "each system a `python -m aiayn translate` process, timed start to exit, "
+            "taking turns round by round (order rotated), OMP_WAIT_POLICY=PASSIVE",
+            "cells": cells,
+        },
+    )
+    print(f"written {path}")
+
+
+if __name__ == "__main__":
+    main()
