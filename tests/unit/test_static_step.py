@@ -195,3 +195,21 @@ def test_the_compiled_step_equals_the_eager_one_with_packed_weights(monkeypatch)
         positions = torch.full((2,), t)
         expected = eager.log_probs(tgt[:, t], positions)
         torch.testing.assert_close(compiled.log_probs(tgt[:, t], positions), expected)
+
+
+def test_an_eager_step_over_the_first_slots_or_written_positions_equals_the_full_step():
+    model = small("encoder_decoder", positional="relative")  # a score bias to cut too
+    src = sources(3)
+    full, trimmed = (StaticStep(model, slots=5, max_target=16) for _ in range(2))
+    full.trim = False  # every slot, every position: the fixed shapes a compiled step keeps
+    for step in (full, trimmed):
+        step.load_source(torch.tensor([0, 1, 2]), src)
+    for t in range(6):
+        tokens = torch.randint(3, VOCAB, (5,))
+        positions = torch.full((5,), t)
+        expected = full.logits(tokens, positions)  # (5, V)
+        got = trimmed.logits(tokens[:3], positions[:3])  # the first 3 slots, positions <= t
+        assert got.shape == (3, VOCAB)
+        torch.testing.assert_close(got, expected[:3], atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="takes all 5 slots"):
+        full.logits(tokens[:3], positions[:3])  # fixed shapes: all slots or none

@@ -249,7 +249,12 @@ class Engine:
         # step 2 overwrites (not at T - 1, the prompt's own)
         step = self.t if self.step.cross else self.t.clamp(min=2)
         positions = (self.offset + step - 1).clamp(0, self.step.max_target - 1)  # (G,)
-        log_probs = self.step.log_probs(self.slot_tokens, positions.repeat_interleave(k))
+        # an eager step runs the slots up to the last live group's (groups are taken
+        # lowest first, so a light load stays in the first rows); a compiled one, all
+        rows = (int(live[-1]) + 1) * k if self.step.trim else self.step.slots
+        log_probs = self.step.log_probs(
+            self.slot_tokens[:rows], positions.repeat_interleave(k)[:rows]
+        )
         log_probs = log_probs.index_select(0, slots)  # (n K, V)
         if self.first_logits.numel():  # a prompt's own logits at its first step
             first = (t == 1).repeat_interleave(k)

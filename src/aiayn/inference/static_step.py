@@ -263,12 +263,16 @@ class StaticStep:
         """One step over every slot: each slot's token at its position in, logits out.
 
         Args:
-            tokens: (N,) int64, the newest token of each slot.
+            tokens: (N,) int64, the newest token of each slot; an eager step (not
+                compiled) also takes the first M < N slots alone, (M,).
             positions: (N,) int64, its position (0 for bos), below `max_target`; a slot's
                 keys and values at earlier positions must have been written.
 
         Returns:
             (N, V) logits in the model's dtype (compiled or not, as `compile` left it).
+
+        Raises:
+            ValueError: another number of slots (naming what the step takes).
         """
         with torch.no_grad():
             return self._steps[False](tokens, positions)
@@ -412,6 +416,12 @@ class StaticStep:
         """The step itself (see `logits`), every layer written out over fixed shapes."""
         decoder = self.model.decoder
         embedding = decoder.embedding
+        rows = tokens.size(0)  # N, or (eager) the first M < N slots: views of their stores
+        if rows != self.slots and not (self.trim and 1 <= rows < self.slots):
+            raise ValueError(
+                f"a step takes all {self.slots} slots (an eager one: the first M of them), "
+                f"got {rows}"
+            )
         x = embedding.tokens(tokens[:, None]) * embedding.scale  # (N, 1, D)
         if self.position_table is not None:
             x = x + self.position_table[positions][:, None]
@@ -427,7 +437,7 @@ class StaticStep:
             bias = self.bias_table[:, positions, :end].transpose(0, 1)[:, :, None, :]
         # an empty slot attends everything (finite junk, never NaN, which would reach the
         # values a later sentence in that slot masks out: 0 x NaN is NaN)
-        source_mask = self.source_mask[:, :source_end]
+        source_mask = self.source_mask[:rows, :source_end]
         source_mask = source_mask | ~source_mask.any(dim=1, keepdim=True)
         cross_mask = source_mask[:, None, None, :]  # (N, 1, 1, S)
         for i, layer in enumerate(decoder.layers):
@@ -464,7 +474,8 @@ class StaticStep:
         v = split_heads(v, attention.n_kv_heads)
         if self.rotary is not None:
             q, k = self._rotate(q, positions), self._rotate(k, positions)
-        keys, values = self.self_keys[layer], self.self_values[layer]
+        rows = h.size(0)
+        keys, values = self.self_keys[layer][:rows], self.self_values[layer][:rows]
         where = positions[:, None, None, None]
         k, v = k.to(keys.dtype), v.to(values.dtype)
         if self._written is None:
@@ -489,8 +500,9 @@ class StaticStep:
         """(N, 1, D) -> (N, 1, D): attend the stored source of each slot (its first `end`
         positions: where any source was written)."""
         q = split_heads(self._product(attention.q_proj, h), attention.n_heads)  # (N, H, 1, Dk)
-        keys = self.cross_keys[layer][:, :, :end]
-        values = self.cross_values[layer][:, :, :end]
+        rows = h.size(0)
+        keys = self.cross_keys[layer][:rows, :, :end]
+        values = self.cross_values[layer][:rows, :, :end]
         out = _attend(q, keys, values, mask, None, attention.kv_of_head)
         return self._output(attention, out)
 
