@@ -809,6 +809,35 @@ def goals() -> str:
             [work, "aiayn best / CTranslate2 int8", best_is, best, goal],
             [work, "aiayn / CTranslate2", "fp32", fp32, 1.0],
         ]
+    engine_files = []  # the decoding-engine issue's serving and file goals, when measured
+    if (RESULTS / "serve-continuous-rows.json").exists():
+        engine_files.append("serve-continuous-rows")
+        served = load("serve-continuous-rows")["cells"]
+        for clients, goal in ((16, 5.0), (64, 8.0)):
+            speedup = [
+                c["speedup"]
+                for c in served
+                if c["clients"] == clients and c["server"] == "batching"
+            ]
+            rows.append(
+                [
+                    f"serving, {clients} clients",
+                    "continuous engine / one at a time",
+                    "fp32",
+                    speedup,
+                    goal,
+                ]
+            )
+    if (RESULTS / "translate.json").exists():
+        engine_files.append("translate")
+        speedup = [
+            c["speedup_vs_batches"]
+            for c in load("translate")["cells"]
+            if c["system"].startswith("continuous")
+        ]
+        rows.append(
+            ["translating a file, beam 8", "continuous engine / batches", "fp32", speedup, 2.0]
+        )
     cells = []
     for work, systems, precision, values, goal in rows:
         if not values:
@@ -826,12 +855,12 @@ def goals() -> str:
     ]
     files = ", ".join(
         f"`benchmarks/results/{name}.json`"
-        for name in ("decode", *(["decode-fair"] if fair else []), *TRAIN_FILES)
+        for name in ("decode", *(["decode-fair"] if fair else []), *TRAIN_FILES, *engine_files)
         if (RESULTS / f"{name}.json").exists()
     )
     return table(headers, cells, left=3) + (
-        f"\n\nComputed from {files}; their Source lines are under the decoding and "
-        "training tables below."
+        f"\n\nComputed from {files}; their Source lines are under the tables they come "
+        "from, on the Speed, CPU inference and decoding-engine pages."
     )
 
 
@@ -1560,6 +1589,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "translate": translate_file,
     "serve-continuous": lambda: serve("serve-continuous"),
     "serve-dynamic": lambda: serve("serve-dynamic"),
+    "serve-continuous-rows": lambda: serve("serve-continuous-rows"),
     "gpu-decode": gpu_decode,
     "efficient-listops": efficient_listops,
     "positions-extrapolation": positions_extrapolation,
@@ -1622,6 +1652,7 @@ WHEN = {
     "translate": recorded("translate"),
     "serve-continuous": recorded("serve-continuous"),
     "serve-dynamic": recorded("serve-dynamic"),
+    "serve-continuous-rows": recorded("serve-continuous-rows"),
     "gpu-decode": recorded("decode-gpu-b256"),
     "efficient-listops": recorded("efficient-listops"),
 }
