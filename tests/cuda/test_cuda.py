@@ -15,18 +15,16 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_decoding_state import VOCAB, small  # tiny models with large random weights
 
-from aiayn import ModelConfig, build_model, freeze
+from aiayn import build_model, freeze
 from aiayn.inference.search import DecodeConfig, search
 from aiayn.inference.static_step import StaticDecoder, StaticStep
-from aiayn.models.encoder_decoder import normal_initialisation
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs CUDA: no CUDA device here"
 )
 
-VOCAB = 40
-SETTINGS = dict(d_model=32, n_heads=4, d_ff=64, n_layers=2, max_len=64, dropout=0.0)
 KERNEL_OPTIONS = {
     "sdpa": {},
     "explicit": {},
@@ -36,24 +34,6 @@ KERNEL_OPTIONS = {
     "bigbird": {"attention_options": {"block_size": 4, "num_random_blocks": 1}},
 }
 CAUSAL_KERNELS = ["sdpa", "explicit", "sliding_window", "linear", "performer"]
-
-
-def small(architecture: str = "encoder_decoder", std: float = 0.3, seed: int = 0, **overrides):
-    """A tiny model of `architecture` on the CPU with large random weights (varied outputs)."""
-    preset = {
-        "encoder_decoder": ModelConfig.tiny,
-        "decoder_only": ModelConfig.gpt,
-        "prefix_lm": ModelConfig.gpt,
-        "encoder_only": ModelConfig.bert,
-    }[architecture]
-    settings = {**SETTINGS, "architecture": architecture, **overrides}
-    if architecture == "encoder_only":
-        settings.pop("architecture")
-    cfg = preset(VOCAB, **settings)
-    torch.manual_seed(seed)
-    model = build_model(cfg).eval()
-    normal_initialisation(model, std=std)
-    return model
 
 
 def on_gpu(model: torch.nn.Module) -> torch.nn.Module:
@@ -88,7 +68,7 @@ def _true_float32():
 
 @pytest.mark.parametrize("scheme", ["sinusoidal", "learned", "rotary", "relative", "alibi"])
 def test_the_encoder_decoder_gives_the_cpus_logits_on_the_gpu(scheme):
-    model = small(positional=scheme, n_kv_heads=2)
+    model = small("encoder_decoder", positional=scheme, n_kv_heads=2)
     src = sources(3)
     tgt = torch.randint(3, VOCAB, (3, 9))
     with torch.no_grad():
@@ -133,7 +113,7 @@ def test_causal_kernels_decode_on_the_gpu_as_on_the_cpu(kernel):
 )
 @pytest.mark.parametrize("frozen", [False, True])
 def test_search_on_the_gpu_gives_the_cpus_tokens(settings, frozen):
-    model = small(std=0.5, tie_output=False, positional="rotary")
+    model = small("encoder_decoder", std=0.5, tie_output=False, positional="rotary")
     src = sources(6, seed=4)
     expected = outputs(model, src, extra_len=8, **settings)
     assert len({tuple(o) for o in expected}) >= 4  # several distinct outputs
@@ -143,7 +123,7 @@ def test_search_on_the_gpu_gives_the_cpus_tokens(settings, frozen):
 
 
 def test_bf16_frozen_weights_stay_close_to_float32_on_the_gpu():
-    model = small(d_model=64, d_ff=256, std=0.1)
+    model = small("encoder_decoder", d_model=64, d_ff=256, std=0.1)
     src, tgt = sources(2), torch.randint(3, VOCAB, (2, 8))
     gpu = on_gpu(model)
     with torch.no_grad():
@@ -157,7 +137,7 @@ def test_bf16_frozen_weights_stay_close_to_float32_on_the_gpu():
 
 def test_int8_weights_are_refused_on_the_gpu_with_the_reason():
     with pytest.raises(ValueError, match="int8"):
-        freeze(on_gpu(small()), torch.int8)
+        freeze(on_gpu(small("encoder_decoder")), torch.int8)
 
 
 @pytest.mark.parametrize("architecture", ["encoder_decoder", "decoder_only"])
@@ -188,7 +168,7 @@ def test_the_static_step_on_the_gpu_equals_the_literal_model(architecture):
 
 @pytest.mark.parametrize("mode", [None, "reduce-overhead"], ids=["inductor", "cuda-graph"])
 def test_the_compiled_static_step_searches_as_the_eager_model_on_the_gpu(mode):
-    model = on_gpu(small(std=0.5, tie_output=False))
+    model = on_gpu(small("encoder_decoder", std=0.5, tie_output=False))
     src = sources(4, seed=4).cuda()
     expected = outputs(model, src, beam=2, extra_len=6)
     static = StaticDecoder(model, slots=4 * 2 + 1)
@@ -199,7 +179,7 @@ def test_the_compiled_static_step_searches_as_the_eager_model_on_the_gpu(mode):
 def test_a_bf16_autocast_training_step_lowers_the_loss_on_the_gpu():
     from aiayn.training.precision import Precision, autocast
 
-    model = small(std=0.05).train().cuda()
+    model = small("encoder_decoder", std=0.05).train().cuda()
     optimiser = torch.optim.Adam(model.parameters(), lr=3e-3)
     src = sources(8).cuda()
     tgt_in = torch.randint(3, VOCAB, (8, 10), device="cuda")
