@@ -39,13 +39,14 @@ SHAPES = {
     "gpt2-small": dict(n_embd=768, n_layer=12, n_head=12, vocab_size=50257, n_positions=1024),
     "tiny": dict(n_embd=128, n_layer=3, n_head=4, vocab_size=8000, n_positions=256),
 }
-SYSTEMS = ("aiayn", "hf", "aiayn-bf16", "hf-bf16")
+SYSTEMS = ("aiayn", "hf", "aiayn-bf16", "hf-bf16", "aiayn-static")
 BF16_SYSTEMS = ("aiayn-bf16", "hf-bf16")
 LABELS = {
     "aiayn": "aiayn",
     "hf": "HF generate",
     "aiayn-bf16": "aiayn bf16",
     "hf-bf16": "HF generate bf16",
+    "aiayn-static": "aiayn static step",
 }
 SUPPRESSED = 0  # aiayn's pad and start token for GPT-2: never generated
 
@@ -71,17 +72,28 @@ def prompts(batch: int, length: int, vocab_size: int, seed: int = 0) -> list[lis
 # ----- workers: one call of one system -----------------------------------------------
 
 
-def aiayn_runner(directory: Path, threads: int, bf16: bool):
+def aiayn_runner(directory: Path, threads: int, bf16: bool, static: bool = False):
+    """aiayn's greedy search on the frozen model; with `static`, on the decoding step of
+    fixed shapes (`StaticDecoder`, one slot per prompt: what `aiayn generate --static`
+    runs), eager."""
     from aiayn.inference.frozen import freeze
     from aiayn.inference.search import greedy_search
+    from aiayn.inference.static_step import StaticDecoder
     from aiayn.io.hf_models import load_gpt2
 
     common.set_threads(threads)
     model, _ = load_gpt2(directory)
     engine = freeze(model.eval(), torch.bfloat16 if bf16 else None)  # as Generator does
+    steps = {}  # (prompts, positions) -> StaticDecoder
 
     def run(ids: list[list[int]], new_tokens: int) -> list[list[int]]:
-        fixed = FixedLength(engine, new_tokens)
+        decoded = engine
+        if static:
+            key = (len(ids), len(ids[0]) + new_tokens + 1)
+            if key not in steps:
+                steps[key] = StaticDecoder(engine, key[0], max_target=key[1])
+            decoded = steps[key]
+        fixed = FixedLength(decoded, new_tokens)
         with torch.inference_mode():
             hyps = greedy_search(fixed, torch.tensor(ids), None, max_output_len=new_tokens)
         return [[*h[0].tokens, engine.cfg.eos_id] for h in hyps]  # the forced last token
@@ -121,7 +133,10 @@ def hf_runner(directory: Path, threads: int, bf16: bool):
 def worker(system: str, workdir: Path, size: str, threads: int) -> None:
     directory = workdir / f"gpt2-{size}"
     bf16 = system in BF16_SYSTEMS
-    run = (aiayn_runner if system.startswith("aiayn") else hf_runner)(directory, threads, bf16)
+    if system == "aiayn-static":
+        run = aiayn_runner(directory, threads, bf16, static=True)
+    else:
+        run = (aiayn_runner if system.startswith("aiayn") else hf_runner)(directory, threads, bf16)
     vocab_size = SHAPES[size]["vocab_size"]
 
     def handle(request):

@@ -721,6 +721,34 @@ def span(values: list[float]) -> str:
     return ratio(low) if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}x to {high:.2f}x"
 
 
+# The decoding-engine issue's serving and file-translation goals: the results files
+# they are judged from, once those exist.
+ENGINE_FILES = {"serve": "serve-continuous-rows", "translate": "translate"}
+
+
+def engine_goals(names: list[str]) -> list[list]:
+    """Goal rows from those of ENGINE_FILES in `names`: the continuous engine's serving
+    speed-up over one-at-a-time at 16 and 64 clients (goals 5x and 8x), and a file's
+    translation against today's batches (goal 2x)."""
+    rows: list[list] = []
+    if ENGINE_FILES["serve"] in names:
+        served = load(ENGINE_FILES["serve"])["cells"]
+        for clients, goal in ((16, 5.0), (64, 8.0)):
+            speedup = [
+                c["speedup"]
+                for c in served
+                if c["clients"] == clients and c["server"] == "batching"
+            ]
+            work = f"serving, {clients} clients"
+            rows.append([work, "continuous engine / one at a time", "fp32", speedup, goal])
+    if ENGINE_FILES["translate"] in names:
+        cells = load(ENGINE_FILES["translate"])["cells"]
+        speedup = [c["speedup_vs_batches"] for c in cells if c["system"].startswith("continuous")]
+        work = "translating a file, beam 8"
+        rows.append([work, "continuous engine / batches", "fp32", speedup, 2.0])
+    return rows
+
+
 def goals() -> str:
     """The issue's goals, each compared within one precision, from the decode and train files."""
     decode_data = load("decode")
@@ -809,35 +837,8 @@ def goals() -> str:
             [work, "aiayn best / CTranslate2 int8", best_is, best, goal],
             [work, "aiayn / CTranslate2", "fp32", fp32, 1.0],
         ]
-    engine_files = []  # the decoding-engine issue's serving and file goals, when measured
-    if (RESULTS / "serve-continuous-rows.json").exists():
-        engine_files.append("serve-continuous-rows")
-        served = load("serve-continuous-rows")["cells"]
-        for clients, goal in ((16, 5.0), (64, 8.0)):
-            speedup = [
-                c["speedup"]
-                for c in served
-                if c["clients"] == clients and c["server"] == "batching"
-            ]
-            rows.append(
-                [
-                    f"serving, {clients} clients",
-                    "continuous engine / one at a time",
-                    "fp32",
-                    speedup,
-                    goal,
-                ]
-            )
-    if (RESULTS / "translate.json").exists():
-        engine_files.append("translate")
-        speedup = [
-            c["speedup_vs_batches"]
-            for c in load("translate")["cells"]
-            if c["system"].startswith("continuous")
-        ]
-        rows.append(
-            ["translating a file, beam 8", "continuous engine / batches", "fp32", speedup, 2.0]
-        )
+    engine_files = [name for name in ENGINE_FILES.values() if (RESULTS / f"{name}.json").exists()]
+    rows += engine_goals(engine_files)
     cells = []
     for work, systems, precision, values, goal in rows:
         if not values:

@@ -218,6 +218,7 @@ def test_goals_judge_every_cell_of_the_first_thread_count(report, monkeypatch):
         report, "load", lambda name: cells_only if name == "decode" else {"results": []}
     )
     monkeypatch.setattr(report, "TRAIN_FILES", ())
+    monkeypatch.setattr(report, "ENGINE_FILES", {"serve": "absent-1", "translate": "absent-2"})
     monkeypatch.setattr(report, "has_cells", lambda name="decode": name == "decode")
     text = report.goals()
     assert (
@@ -236,6 +237,7 @@ def test_goals_judge_every_cell_of_the_fair_race_at_both_thread_counts(report, m
     monkeypatch.setattr(report, "load", lambda name: {"decode": old, "decode-fair": fair}[name])
     monkeypatch.setattr(report, "has_cells", lambda name="decode": name == "decode-fair")
     monkeypatch.setattr(report, "TRAIN_FILES", ())
+    monkeypatch.setattr(report, "ENGINE_FILES", {"serve": "absent-1", "translate": "absent-2"})
     text = report.goals()
     row = (
         "| decoding, every cell, 1 and 2 threads | aiayn best / CTranslate2 int8 | fixed in advance"
@@ -318,3 +320,32 @@ def test_the_int8_kernel_table_marks_the_fastest_candidate(report, monkeypatch):
     assert "| weight (out x in) | rows | fp32 us | int8 fbgemm | torch._int_mm |" in text
     assert "| base ffn1 | 4 | 40.0 | **1.61x** | 0.80x |" in text
     assert "base ffn1 2048 x 512" in text
+
+
+def test_engine_goals_judge_serving_at_16_and_64_clients_and_a_file_against_batches(
+    report, monkeypatch
+):
+    serve = {
+        "cells": [
+            dict(clients=16, server="batching", speedup=1.66),
+            dict(clients=16, server="one at a time", speedup=1.0),
+            dict(clients=64, server="batching", speedup=8.5),
+            dict(clients=64, server="one at a time", speedup=1.0),
+        ]
+    }
+    translate = {
+        "cells": [
+            dict(system="batches", speedup_vs_batches=1.0),
+            dict(system="continuous-8", speedup_vs_batches=0.38),
+            dict(system="continuous-32", speedup_vs_batches=2.5),
+        ]
+    }
+    monkeypatch.setattr(report, "load", lambda name: {"s": serve, "t": translate}[name])
+    monkeypatch.setattr(report, "ENGINE_FILES", {"serve": "s", "translate": "t"})
+    rows = report.engine_goals(["s", "t"])
+    assert rows == [
+        ["serving, 16 clients", "continuous engine / one at a time", "fp32", [1.66], 5.0],
+        ["serving, 64 clients", "continuous engine / one at a time", "fp32", [8.5], 8.0],
+        ["translating a file, beam 8", "continuous engine / batches", "fp32", [0.38, 2.5], 2.0],
+    ]  # the one-at-a-time and batches rows are the baselines, not judged
+    assert report.engine_goals(["s"]) == rows[:2]  # only the files that exist
