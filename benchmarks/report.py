@@ -716,6 +716,26 @@ def generate(name: str) -> str:
     return "\n\n".join([table(headers, rows), notes, source(name, data, needs_quiet=True)])
 
 
+def generate_engine(name: str = "generate-engine") -> str:
+    """bench_generate.py --systems aiayn,hf,aiayn-static: per shape and batch, each
+    system's tokens/s and its ratio to HF generate (fp32)."""
+    data = load(name)
+    labels = {"aiayn": "aiayn", "hf": "HF generate", "aiayn-static": "aiayn, static step"}
+    rows = [
+        [
+            "GPT-2 small" if r["size"] == "gpt2-small" else r["size"],
+            str(r["batch"]),
+            labels.get(r["system"], r["system"]),
+            number(r["tokens_per_s"]),
+            number(r["ms_per_call"]),
+            ratio(r["speedup_vs_hf"]),
+        ]
+        for r in data["results"]
+    ]
+    headers = ["shape", "batch", "system", "new tok/s", "ms/call", "vs HF"]
+    return table(headers, rows) + "\n\n" + source(name, data, needs_quiet=True)
+
+
 def span(values: list[float]) -> str:
     low, high = min(values), max(values)
     return ratio(low) if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}x to {high:.2f}x"
@@ -723,7 +743,11 @@ def span(values: list[float]) -> str:
 
 # The decoding-engine issue's serving and file-translation goals: the results files
 # they are judged from, once those exist.
-ENGINE_FILES = {"serve": "serve-continuous-rows", "translate": "translate"}
+ENGINE_FILES = {
+    "serve": "serve-continuous-rows",
+    "translate": "translate",
+    "generate": "generate-engine",
+}
 
 
 def engine_goals(names: list[str]) -> list[list]:
@@ -746,6 +770,15 @@ def engine_goals(names: list[str]) -> list[list]:
         speedup = [c["speedup_vs_batches"] for c in cells if c["system"].startswith("continuous")]
         work = "translating a file, beam 8"
         rows.append([work, "continuous engine / batches", "fp32", speedup, 2.0])
+    if ENGINE_FILES["generate"] in names:
+        results = load(ENGINE_FILES["generate"])["results"]
+        speedup = [
+            r["speedup_vs_hf"]
+            for r in results
+            if r["size"] == "gpt2-small" and r["batch"] == 1 and r["system"].startswith("aiayn")
+        ]
+        work = "GPT-2 small generation, batch 1"
+        rows.append([work, "aiayn / HF generate", "fp32", speedup, 1.5])
     return rows
 
 
@@ -1591,6 +1624,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "serve-continuous": lambda: serve("serve-continuous"),
     "serve-dynamic": lambda: serve("serve-dynamic"),
     "serve-continuous-rows": lambda: serve("serve-continuous-rows"),
+    "generate-engine": generate_engine,
     "gpu-decode": gpu_decode,
     "efficient-listops": efficient_listops,
     "positions-extrapolation": positions_extrapolation,
@@ -1654,6 +1688,7 @@ WHEN = {
     "serve-continuous": recorded("serve-continuous"),
     "serve-dynamic": recorded("serve-dynamic"),
     "serve-continuous-rows": recorded("serve-continuous-rows"),
+    "generate-engine": recorded("generate-engine"),
     "gpu-decode": recorded("decode-gpu-b256"),
     "efficient-listops": recorded("efficient-listops"),
 }

@@ -218,7 +218,11 @@ def test_goals_judge_every_cell_of_the_first_thread_count(report, monkeypatch):
         report, "load", lambda name: cells_only if name == "decode" else {"results": []}
     )
     monkeypatch.setattr(report, "TRAIN_FILES", ())
-    monkeypatch.setattr(report, "ENGINE_FILES", {"serve": "absent-1", "translate": "absent-2"})
+    monkeypatch.setattr(
+        report,
+        "ENGINE_FILES",
+        {"serve": "absent-1", "translate": "absent-2", "generate": "absent-3"},
+    )
     monkeypatch.setattr(report, "has_cells", lambda name="decode": name == "decode")
     text = report.goals()
     assert (
@@ -237,7 +241,11 @@ def test_goals_judge_every_cell_of_the_fair_race_at_both_thread_counts(report, m
     monkeypatch.setattr(report, "load", lambda name: {"decode": old, "decode-fair": fair}[name])
     monkeypatch.setattr(report, "has_cells", lambda name="decode": name == "decode-fair")
     monkeypatch.setattr(report, "TRAIN_FILES", ())
-    monkeypatch.setattr(report, "ENGINE_FILES", {"serve": "absent-1", "translate": "absent-2"})
+    monkeypatch.setattr(
+        report,
+        "ENGINE_FILES",
+        {"serve": "absent-1", "translate": "absent-2", "generate": "absent-3"},
+    )
     text = report.goals()
     row = (
         "| decoding, every cell, 1 and 2 threads | aiayn best / CTranslate2 int8 | fixed in advance"
@@ -341,7 +349,7 @@ def test_engine_goals_judge_serving_at_16_and_64_clients_and_a_file_against_batc
         ]
     }
     monkeypatch.setattr(report, "load", lambda name: {"s": serve, "t": translate}[name])
-    monkeypatch.setattr(report, "ENGINE_FILES", {"serve": "s", "translate": "t"})
+    monkeypatch.setattr(report, "ENGINE_FILES", {"serve": "s", "translate": "t", "generate": "g"})
     rows = report.engine_goals(["s", "t"])
     assert rows == [
         ["serving, 16 clients", "continuous engine / one at a time", "fp32", [1.66], 5.0],
