@@ -13,7 +13,15 @@ rows, after a warm-up of the same length, and reports the median time of one ste
 - "static": `StaticStep.log_probs`, eager (fixed shapes, positions as tensors);
 - "compiled": the same step through `torch.compile` (Inductor, C++ on the CPU);
 - "aoti": the same step exported by `torch.export` and compiled ahead of time by
-  AOTInductor (`torch._inductor.aoti_compile_and_package`), then loaded and called.
+  AOTInductor (`torch._inductor.aoti_compile_and_package`), then loaded and called;
+- "ct2-fp32", "ct2-int8" (with `--marian`): CTranslate2's whole decoding step on the
+  same weights, from its greedy `translate_batch` forced to `--steps` tokens, less the
+  same call forced to one (the encoder and the set-up), over the remaining steps.
+
+`--marian` builds the model as a random-weight Marian of `common`'s shape (`small`: 3+3
+layers of 256, 4 heads) read by aiayn, so that CTranslate2 runs the same weights; the
+issue's batch-1 goal compares aiayn's time outside matrix products with CTranslate2's
+whole step, in one run (`--marian --slots 1 --results step-overhead`).
 
 Compile time is the first call's (compilation and warm-up), paid once per process
 and slot count. "outside GEMM" is one step's time less its matrix products', from
@@ -34,6 +42,7 @@ from pathlib import Path
 from benchmarks import common
 
 SYSTEMS = ("cache", "static", "compiled", "aoti")
+CT2_SYSTEMS = ("ct2-fp32", "ct2-int8")
 GEMM_OPS = ("addmm", "mm", "bmm", "linear", "_linear_pointwise", "linear_dynamic", "matmul")
 
 
@@ -56,6 +65,48 @@ def build_model(size: str, max_len: int):
             dropout=0.0,
         )
     return freeze(build_model(cfg).eval())
+
+
+def marian_model(size: str, directory: Path):
+    """A random-weight Marian of `common.SHAPES[size]` saved in `directory`, read by aiayn
+    and frozen in fp32."""
+    from aiayn import freeze
+    from aiayn.io.marian import load_marian_model
+
+    common.save_random_marian(size, directory)
+    return freeze(load_marian_model(directory).eval())
+
+
+def ct2_step(system: str, marian: Path, slots: int, steps: int, src_len: int, threads: int):
+    """CTranslate2's decoding step in ms: greedy `translate_batch` forced to `steps` tokens,
+    less forced to 1, divided by the `steps - 1` steps between (medians of 5 each)."""
+    import ctranslate2
+
+    quantization = system.removeprefix("ct2-")
+    model_dir = marian.parent / f"ct2-{quantization}"
+    if not (model_dir / "model.bin").exists():
+        common.convert_ct2(marian, model_dir, None if quantization == "fp32" else "int8")
+    translator = ctranslate2.Translator(
+        str(model_dir),
+        device="cpu",
+        compute_type="int8" if quantization == "int8" else "float32",
+        inter_threads=1,
+        intra_threads=threads,
+    )
+    src = [[common.ct2_token(i) for i in row] for row in common.source_ids(slots, src_len)]
+
+    def call(n: int) -> float:
+        began = time.perf_counter()
+        translator.translate_batch(
+            src, beam_size=1, max_decoding_length=n, min_decoding_length=n,
+            max_batch_size=0, return_scores=False,
+        )  # fmt: skip
+        return time.perf_counter() - began
+
+    call(steps)  # warm-up
+    whole = statistics.median(call(steps) for _ in range(5))
+    first = statistics.median(call(1) for _ in range(5))
+    return {"system": system, "slots": slots, "ms_per_step": 1000 * (whole - first) / (steps - 1)}
 
 
 def time_steps(step, n: int) -> list[float]:
@@ -172,21 +223,41 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"of {SYSTEMS}")
     parser.add_argument("--quick", action="store_true", help="tiny model, 1 slot, 8 steps")
+    parser.add_argument(
+        "--marian",
+        action="store_true",
+        help="a random Marian of common's shape, which the ct2 systems run too",
+    )
+    parser.add_argument("--results", default="static_step", help="results file name")
     args = parser.parse_args()
     if args.quick:
         args.size, args.slots, args.steps, args.src_len = "tiny", "1", 8, 10
     # before torch starts OpenMP: AOTInductor's library would use every core otherwise
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # torch and CTranslate2 share it
     systems = args.systems.split(",")
-    unknown = [s for s in systems if s not in SYSTEMS]
+    known = SYSTEMS + (CT2_SYSTEMS if args.marian else ())
+    unknown = [s for s in systems if s not in known]
     if unknown:
-        parser.error(f"unknown system(s) {', '.join(unknown)}; known: {', '.join(SYSTEMS)}")
+        parser.error(f"unknown system(s) {', '.join(unknown)}; known: {', '.join(known)}")
     common.set_threads(args.threads)
-    model = build_model(args.size, max_len=max(64, args.steps + args.src_len + 2))
+    workdir = Path(tempfile.mkdtemp())
+    if args.marian:
+        if args.size == "tiny" or args.quick:
+            parser.error("--marian takes --size small or base (common's shapes)")
+        model = marian_model(args.size, workdir / "marian")
+    else:
+        model = build_model(args.size, max_len=max(64, args.steps + args.src_len + 2))
     records = []
     for slots in map(int, args.slots.split(",")):
         for system in systems:
             try:
+                if system in CT2_SYSTEMS:
+                    record = ct2_step(
+                        system, workdir / "marian", slots, args.steps, args.src_len, args.threads
+                    )
+                    records.append(record)
+                    continue
                 records.append(measure(system, model, slots, args.steps, args.src_len))
             except Exception as err:  # a system this PyTorch cannot build is reported, not fatal
                 records.append({"system": system, "slots": slots, "error": repr(err)[:300]})
@@ -212,7 +283,7 @@ def main() -> None:
     )
     if not args.quick:
         path = common.write_json(
-            "static_step", {"args": vars(args), "load": load, "results": records}
+            args.results, {"args": vars(args), "load": load, "results": records}
         )
         print(f"\nwritten {path}")
 
