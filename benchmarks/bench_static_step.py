@@ -283,7 +283,7 @@ def main() -> None:
     )
     if not args.quick:
         path = common.write_json(
-            args.results, {"args": vars(args), "load": load, "results": records}
+            args.results, {"args": vars(args), "load_printed": load, "results": records}
         )
         print(f"\nwritten {path}")
 

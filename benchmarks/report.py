@@ -716,6 +716,40 @@ def generate(name: str) -> str:
     return "\n\n".join([table(headers, rows), notes, source(name, data, needs_quiet=True)])
 
 
+def step_overhead(name: str = "step-overhead") -> str:
+    """bench_static_step --marian: one decoding step per system and slot count, with
+    aiayn's time outside matrix products, beside CTranslate2's whole step."""
+    data = load(name)
+    labels = {
+        "cache": "aiayn, cached step (today's)",
+        "static": "aiayn, static step, eager",
+        "compiled": "aiayn, static step, torch.compile",
+        "aoti": "aiayn, static step, AOTInductor",
+        "ct2-fp32": "CTranslate2 fp32",
+        "ct2-int8": "CTranslate2 int8",
+    }
+
+    def cell(value: float | None) -> str:
+        return "" if value is None else number(value)
+
+    rows = [
+        [
+            str(r["slots"]),
+            labels.get(r["system"], r["system"]),
+            cell(r.get("ms_per_step")),
+            cell(r.get("outside_gemm_ms")),
+            "" if r["system"].startswith("ct2") else cell(r.get("compile_s")),
+        ]
+        for r in data["results"]
+    ]
+    headers = ["slots", "system", "ms/step", "outside GEMM ms", "compile s"]
+    said = (
+        f"Greedy steps of the `{data['args']['size']}` shape (a random Marian, the same "
+        f"weights in both), median of {data['args']['steps']}."
+    )
+    return "\n\n".join([said, table(headers, rows, left=2), source(name, data, needs_quiet=True)])
+
+
 def generate_engine(name: str = "generate-engine") -> str:
     """bench_generate.py --systems aiayn,hf,aiayn-static: per shape and batch, each
     system's tokens/s and its ratio to HF generate (fp32)."""
@@ -747,6 +781,7 @@ ENGINE_FILES = {
     "serve": "serve-continuous-rows",
     "translate": "translate",
     "generate": "generate-engine",
+    "overhead": "step-overhead",
 }
 
 
@@ -779,6 +814,15 @@ def engine_goals(names: list[str]) -> list[list]:
         ]
         work = "GPT-2 small generation, batch 1"
         rows.append([work, "aiayn / HF generate", "fp32", speedup, 1.5])
+    if ENGINE_FILES["overhead"] in names:
+        by = {(r["system"], r["slots"]): r for r in load(ENGINE_FILES["overhead"])["results"]}
+        outside = by.get(("cache", 1), {}).get("outside_gemm_ms")
+        for peer, precision in (("ct2-fp32", "fp32"), ("ct2-int8", "CTranslate2 in int8")):
+            whole = by.get((peer, 1), {}).get("ms_per_step")
+            if outside and whole:
+                work = "decoding step, batch 1"
+                said = "CTranslate2's whole step / aiayn's step outside GEMM"
+                rows.append([work, said, precision, [whole / outside], 1.0])
     return rows
 
 
@@ -1627,6 +1671,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "serve-dynamic": lambda: serve("serve-dynamic"),
     "serve-continuous-rows": lambda: serve("serve-continuous-rows"),
     "generate-engine": generate_engine,
+    "step-overhead": step_overhead,
     "gpu-decode": gpu_decode,
     "efficient-listops": efficient_listops,
     "positions-extrapolation": positions_extrapolation,
@@ -1691,6 +1736,7 @@ WHEN = {
     "serve-dynamic": recorded("serve-dynamic"),
     "serve-continuous-rows": recorded("serve-continuous-rows"),
     "generate-engine": recorded("generate-engine"),
+    "step-overhead": recorded("step-overhead"),
     "gpu-decode": recorded("decode-gpu-b256"),
     "efficient-listops": recorded("efficient-listops"),
 }

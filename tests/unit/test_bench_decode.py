@@ -221,7 +221,12 @@ def test_goals_judge_every_cell_of_the_first_thread_count(report, monkeypatch):
     monkeypatch.setattr(
         report,
         "ENGINE_FILES",
-        {"serve": "absent-1", "translate": "absent-2", "generate": "absent-3"},
+        {
+            "serve": "absent-1",
+            "translate": "absent-2",
+            "generate": "absent-3",
+            "overhead": "absent-4",
+        },
     )
     monkeypatch.setattr(report, "has_cells", lambda name="decode": name == "decode")
     text = report.goals()
@@ -244,7 +249,12 @@ def test_goals_judge_every_cell_of_the_fair_race_at_both_thread_counts(report, m
     monkeypatch.setattr(
         report,
         "ENGINE_FILES",
-        {"serve": "absent-1", "translate": "absent-2", "generate": "absent-3"},
+        {
+            "serve": "absent-1",
+            "translate": "absent-2",
+            "generate": "absent-3",
+            "overhead": "absent-4",
+        },
     )
     text = report.goals()
     row = (
@@ -349,7 +359,9 @@ def test_engine_goals_judge_serving_at_16_and_64_clients_and_a_file_against_batc
         ]
     }
     monkeypatch.setattr(report, "load", lambda name: {"s": serve, "t": translate}[name])
-    monkeypatch.setattr(report, "ENGINE_FILES", {"serve": "s", "translate": "t", "generate": "g"})
+    monkeypatch.setattr(
+        report, "ENGINE_FILES", {"serve": "s", "translate": "t", "generate": "g", "overhead": "o"}
+    )
     rows = report.engine_goals(["s", "t"])
     assert rows == [
         ["serving, 16 clients", "continuous engine / one at a time", "fp32", [1.66], 5.0],
@@ -357,3 +369,24 @@ def test_engine_goals_judge_serving_at_16_and_64_clients_and_a_file_against_batc
         ["translating a file, beam 8", "continuous engine / batches", "fp32", [0.38, 2.5], 2.0],
     ]  # the one-at-a-time and batches rows are the baselines, not judged
     assert report.engine_goals(["s"]) == rows[:2]  # only the files that exist
+
+
+def test_the_batch_1_overhead_goal_divides_ct2s_whole_step_by_aiayns_time_outside_gemm(
+    report, monkeypatch
+):
+    overhead = {
+        "results": [
+            dict(system="cache", slots=1, ms_per_step=1.8, outside_gemm_ms=0.75),
+            dict(system="ct2-fp32", slots=1, ms_per_step=0.6),
+            dict(system="ct2-int8", slots=1, ms_per_step=0.3),
+            dict(system="cache", slots=32, ms_per_step=7.0, outside_gemm_ms=1.3),
+        ]
+    }
+    monkeypatch.setattr(report, "load", lambda name: overhead)
+    monkeypatch.setattr(report, "ENGINE_FILES", {**report.ENGINE_FILES, "overhead": "o"})
+    rows = report.engine_goals(["o"])
+    said = "CTranslate2's whole step / aiayn's step outside GEMM"
+    assert rows == [
+        ["decoding step, batch 1", said, "fp32", [pytest.approx(0.8)], 1.0],  # 0.6 / 0.75
+        ["decoding step, batch 1", said, "CTranslate2 in int8", [pytest.approx(0.4)], 1.0],
+    ]
