@@ -212,22 +212,17 @@ def test_the_memory_table_shows_the_first_thread_count(report, monkeypatch):
     assert "999" not in text  # the 1-thread run's figures
 
 
+# Results files that do not exist: the goals table without the engine's rows.
+NO_ENGINE_FILES = {k: f"absent-{k}" for k in ("serve", "translate", "generate", "overhead")}
+
+
 def test_goals_judge_every_cell_of_the_first_thread_count(report, monkeypatch):
     cells_only = {**DATA, "results": []}  # no batch-32 rows: the cells alone
     monkeypatch.setattr(
         report, "load", lambda name: cells_only if name == "decode" else {"results": []}
     )
     monkeypatch.setattr(report, "TRAIN_FILES", ())
-    monkeypatch.setattr(
-        report,
-        "ENGINE_FILES",
-        {
-            "serve": "absent-1",
-            "translate": "absent-2",
-            "generate": "absent-3",
-            "overhead": "absent-4",
-        },
-    )
+    monkeypatch.setattr(report, "ENGINE_FILES", NO_ENGINE_FILES)
     monkeypatch.setattr(report, "has_cells", lambda name="decode": name == "decode")
     text = report.goals()
     assert (
@@ -246,16 +241,7 @@ def test_goals_judge_every_cell_of_the_fair_race_at_both_thread_counts(report, m
     monkeypatch.setattr(report, "load", lambda name: {"decode": old, "decode-fair": fair}[name])
     monkeypatch.setattr(report, "has_cells", lambda name="decode": name == "decode-fair")
     monkeypatch.setattr(report, "TRAIN_FILES", ())
-    monkeypatch.setattr(
-        report,
-        "ENGINE_FILES",
-        {
-            "serve": "absent-1",
-            "translate": "absent-2",
-            "generate": "absent-3",
-            "overhead": "absent-4",
-        },
-    )
+    monkeypatch.setattr(report, "ENGINE_FILES", NO_ENGINE_FILES)
     text = report.goals()
     row = (
         "| decoding, every cell, 1 and 2 threads | aiayn best / CTranslate2 int8 | fixed in advance"
