@@ -144,7 +144,16 @@ def test_quickstart_tiny_end_to_end_and_resume(tmp_path):
     for beam in (1, 4):
         config = DecodeConfig(beam=beam, nbest=beam)
         want, got = search(literal, src, config), search(frozen, src, config)
-        assert [[h.tokens for h in r] for r in got] == [[h.tokens for h in r] for r in want]
+        # The same n best hypotheses with the same scores. Their order may differ where two
+        # score the same within float noise: a barely trained model repeats tokens, and its
+        # n-best lists hold near-ties (a CI run once swapped two).
+        for mine, theirs in zip(got, want, strict=True):
+            mine, theirs = (
+                sorted((h.tokens, h.score) for h in mine),
+                sorted((h.tokens, h.score) for h in theirs),
+            )
+            assert [t for t, _ in mine] == [t for t, _ in theirs]
+            assert [s for _, s in mine] == pytest.approx([s for _, s in theirs], abs=1e-4)
 
 
 def test_quickstart_names_a_missing_recipe(tmp_path):
