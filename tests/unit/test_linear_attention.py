@@ -13,6 +13,7 @@ from aiayn.inference.decoding import new_cache
 from aiayn.inference.search import beam_search
 from aiayn.models.encoder_decoder import normal_initialisation
 from aiayn.nn.kernels import KERNELS, build_kernel
+from aiayn.nn.kernels import linear as linear_module
 from aiayn.nn.kernels.linear import LinearAttentionKernel, LinearAttentionState
 
 KERNEL = LinearAttentionKernel()
@@ -50,10 +51,11 @@ def qkv(batch=2, heads=4, kv_heads=2, t_len=5, s_len=5, dk=6, dv=3, seed=0):
 
 
 @pytest.mark.parametrize(
-    ("causal", "t_len"),
-    [(False, 5), (True, 5), (True, 2)],  # 2: the last queries of 5
+    ("causal", "t_len", "chunk"),
+    [(False, 5, 64), (True, 5, 64), (True, 5, 2), (True, 2, 64)],  # 2 chunks; last 2 of 5
 )
-def test_values_and_gradients_equal_the_definition(causal, t_len):
+def test_values_and_gradients_equal_the_definition(causal, t_len, chunk, monkeypatch):
+    monkeypatch.setattr(linear_module, "CHUNK", chunk)
     q, k, v = qkv(t_len=t_len)
     for x in (q, k, v):
         x.requires_grad_(True)

@@ -11,6 +11,7 @@ import math
 
 import pytest
 import torch
+from test_linear_attention import qkv  # random float64 q, k, v with grouped heads
 from torch.profiler import ProfilerActivity, profile
 
 from aiayn import ModelConfig, build_model
@@ -18,7 +19,7 @@ from aiayn.inference.decoding import new_cache
 from aiayn.io.checkpoint import load_model, save_model
 from aiayn.models.encoder_decoder import normal_initialisation
 from aiayn.nn.kernels import KERNELS, build_kernel
-from aiayn.nn.kernels import performer as performer_module
+from aiayn.nn.kernels import linear as linear_module  # CHUNK: causal_sums, shared
 from aiayn.nn.kernels.performer import PerformerKernel, PerformerState
 
 
@@ -59,18 +60,12 @@ def naive(kernel, q, k, v, key_mask=None, causal=False):
     return out
 
 
-def qkv(batch=2, heads=4, kv_heads=2, t_len=5, s_len=5, dk=6, dv=3, seed=0):
-    generator = torch.Generator().manual_seed(seed)
-    shapes = [(batch, heads, t_len, dk), (batch, kv_heads, s_len, dk), (batch, kv_heads, s_len, dv)]
-    return [torch.randn(*s, generator=generator, dtype=torch.float64) for s in shapes]
-
-
 @pytest.mark.parametrize(
     ("causal", "t_len", "chunk"),
     [(False, 5, 64), (True, 5, 64), (True, 5, 2), (True, 2, 64)],  # 2 chunks; last 2 of 5
 )
 def test_values_and_gradients_equal_the_definition(causal, t_len, chunk, monkeypatch):
-    monkeypatch.setattr(performer_module, "CHUNK", chunk)
+    monkeypatch.setattr(linear_module, "CHUNK", chunk)
     attention = kernel()
     q, k, v = qkv(t_len=t_len)
     for x in (q, k, v):
@@ -117,7 +112,7 @@ def test_the_weights_are_the_normalised_feature_products():
 
 
 def test_the_state_sums_the_prefix_and_its_size_does_not_grow(monkeypatch):
-    monkeypatch.setattr(performer_module, "CHUNK", 2)
+    monkeypatch.setattr(linear_module, "CHUNK", 2)
     attention = kernel()
     q, k, v = qkv(t_len=7, s_len=7)
     k[:, :, 5] *= 4  # a later key with a larger feature: the state is rescaled

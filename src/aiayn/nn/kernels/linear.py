@@ -5,7 +5,8 @@ softmax(q k^T) is replaced by the kernel phi(q) phi(k)^T with phi(x) = elu(x) + 
     out_i = phi(q_i)^T S / phi(q_i)^T z,   S = sum_j phi(k_j) v_j^T,   z = sum_j phi(k_j)
 
 and the (T, S) score matrix is never formed: time and memory grow linearly with length.
-Causal attention takes the sums over j <= i (prefix sums, their eq. 8-9), and
+Causal attention takes the sums over j <= i (their eq. 8-9), a chunk of `CHUNK`
+positions at a time (`causal_sums`, which Performer shares), and
 incremental decoding keeps only S and z (`LinearAttentionState`): constant memory
 per step, the recurrent form of their section 3.4.
 
@@ -18,6 +19,8 @@ for, are the normalised phi(q_i) . phi(k_j), computed explicitly (O(T S)) for dr
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -51,6 +54,82 @@ def _divide(numerator: Tensor, normaliser: Tensor) -> Tensor:
     """numerator / normaliser, with 0 where no key was seen (a fully padded row)."""
     safe = torch.where(normaliser > 0, normaliser, torch.ones_like(normaliser))
     return torch.where(normaliser > 0, numerator / safe, torch.zeros_like(numerator))
+
+
+# Positions per chunk of the causal form: the (C, C) products inside a chunk cost T C,
+# the chunks' sums T m Dv / C; 64 balances them for m Dv around 4,096.
+CHUNK = 64
+
+
+def causal_sums(
+    phi_q: Tensor,
+    phi_k: Tensor,
+    v: Tensor,
+    sums: Tensor | None = None,
+    normaliser: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Causal attention by features: out_i = phi(q_i)^T S_i / phi(q_i)^T z_i with S_i, z_i
+    summed over keys j <= i (and the earlier positions' `sums` and `normaliser`), chunk by
+    chunk (`CHUNK` positions): within a chunk the (C, C) feature products are masked,
+    and the chunks before it enter through their summed S and z.
+
+    Args:
+        phi_q: (B, H, T, m) query features; phi_k: (B, H, T, m) key features (0 at padding).
+        v: (B, H, T, Dv) values.
+        sums: (B, H, m, Dv) S of the positions before these, or None.
+        normaliser: (B, H, m) z of those positions, or None.
+
+    Returns:
+        (B, H, T, Dv) outputs, and S and z over all positions so far.
+    """
+    batch, heads, t_len, m = phi_q.shape
+    d_v = v.size(-1)
+    chunk = max(1, min(CHUNK, t_len))
+    n = math.ceil(t_len / chunk)
+    pad = n * chunk - t_len  # zero features at the end: they add nothing
+    q = F.pad(phi_q, (0, 0, 0, pad)).view(batch, heads, n, chunk, m)
+    k = F.pad(phi_k, (0, 0, 0, pad)).view(batch, heads, n, chunk, m)
+    values = F.pad(v, (0, 0, 0, pad)).view(batch, heads, n, chunk, d_v)
+    local = (q @ k.transpose(-2, -1)).tril()  # (B, H, n, C, C): j <= i within a chunk
+    chunk_sums = k.transpose(-2, -1) @ values  # (B, H, n, m, Dv)
+    chunk_normalisers = k.sum(dim=-2)  # (B, H, n, m)
+    if sums is None:
+        sums = phi_q.new_zeros(batch, heads, m, d_v)
+        normaliser = phi_q.new_zeros(batch, heads, m)
+    # S and z of everything before each chunk: earlier calls', then earlier chunks'
+    before = torch.cat([sums[:, :, None], chunk_sums[:, :, :-1]], dim=2).cumsum(dim=2)
+    before_z = torch.cat([normaliser[:, :, None], chunk_normalisers[:, :, :-1]], dim=2)
+    before_z = before_z.cumsum(dim=2)  # (B, H, n, m)
+    numerator = local @ values + q @ before  # (B, H, n, C, Dv)
+    denominator = local.sum(dim=-1, keepdim=True) + q @ before_z[..., None]  # (B, H, n, C, 1)
+    out = _divide(numerator, denominator).view(batch, heads, n * chunk, d_v)[:, :, :t_len]
+    return (
+        out,
+        before[:, :, -1] + chunk_sums[:, :, -1],
+        before_z[:, :, -1] + chunk_normalisers[:, :, -1],
+    )
+
+
+def feature_attention(phi_q: Tensor, phi_k: Tensor, v: Tensor, causal: bool) -> Tensor:
+    """Attention by features, full or causal: out_i = phi(q_i)^T S / phi(q_i)^T z over
+    every key, or (causal) over keys j <= i, where query i stands at position S - T + i.
+
+    Args:
+        phi_q: (B, H, T, m) query features; phi_k: (B, H, S, m) key features (0 at
+            padding); v: (B, H, S, Dv) values.
+
+    Returns:
+        (B, H, T, Dv) outputs.
+    """
+    if not causal:
+        sums = phi_k.transpose(-2, -1) @ v  # (B, H, m, Dv)
+        return _divide(phi_q @ sums, phi_q @ phi_k.sum(-2)[..., None])
+    # the S - T earlier positions enter as one sum, then `causal_sums`' chunks
+    early = phi_k.size(-2) - phi_q.size(-2)
+    sums = phi_k[:, :, :early].transpose(-2, -1) @ v[:, :, :early]  # (B, H, m, Dv)
+    normaliser = phi_k[:, :, :early].sum(-2)  # (B, H, m)
+    out, _, _ = causal_sums(phi_q, phi_k[:, :, early:], v[:, :, early:], sums, normaliser)
+    return out
 
 
 class LinearAttentionState:
@@ -92,21 +171,13 @@ class LinearAttentionKernel(Kernel):
         bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         refuse_scores("linear", bias, dropout_p)
-        t_len, s_len = q.size(-2), k.size(-2)
+        s_len = k.size(-2)
         phi_q = feature_map(q)  # (B, H, T, Dk)
         phi_k, v = _heads(q, feature_map(k)), _heads(q, v)  # (B, H, S, D)
         keys = _key_rows(mask, s_len)
         if keys is not None:  # padded keys add nothing to S or z
             phi_k = phi_k * keys
-        if not causal:
-            sums = phi_k.transpose(-2, -1) @ v  # (B, H, Dk, Dv)
-            out = _divide(phi_q @ sums, phi_q @ phi_k.sum(-2)[..., None])  # (B, H, T, Dv)
-        else:  # prefix sums; query i stands at position s_len - t_len + i
-            sums = torch.cumsum(phi_k[..., :, None] * v[..., None, :], dim=2)  # (B, H, S, Dk, Dv)
-            normaliser = torch.cumsum(phi_k, dim=2)  # (B, H, S, Dk)
-            sums, normaliser = sums[:, :, s_len - t_len :], normaliser[:, :, s_len - t_len :]
-            numerator = (phi_q[..., None, :] @ sums).squeeze(-2)  # (B, H, T, Dv)
-            out = _divide(numerator, (phi_q * normaliser).sum(-1, keepdim=True))
+        out = feature_attention(phi_q, phi_k, v, causal)  # (B, H, T, Dv)
         weights = self._weights(phi_q, phi_k, causal) if need_weights else None
         return out.to(q.dtype), weights
 

@@ -53,20 +53,21 @@ import math
 from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.nn.kernels import KERNELS, CacheKind, Kernel, expand_kv
 
 # the same form as linear attention: its helpers
-from aiayn.nn.kernels.linear import LinearAttentionKernel, _divide, _heads, refuse_scores
+from aiayn.nn.kernels.linear import (
+    LinearAttentionKernel,
+    _heads,
+    causal_sums,
+    feature_attention,
+    refuse_scores,
+)
 
 if TYPE_CHECKING:
     from aiayn.config import ModelConfig
-
-# Positions per chunk of the causal form: the (C, C) products inside a chunk cost T C,
-# the chunks' sums T m Dv / C; 64 balances them for m Dv around 4,096.
-CHUNK = 64
 
 
 def orthogonal_features(
@@ -115,54 +116,6 @@ def _key_offset(log_k: Tensor, keys: Tensor | None) -> Tensor:
         log_k = log_k.masked_fill(~keys, float("-inf"))
     largest = log_k.detach().amax(dim=(-2, -1), keepdim=True)
     return torch.where(torch.isfinite(largest), largest, torch.zeros_like(largest))
-
-
-def causal_sums(
-    phi_q: Tensor,
-    phi_k: Tensor,
-    v: Tensor,
-    sums: Tensor | None = None,
-    normaliser: Tensor | None = None,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Causal attention by features: out_i = phi(q_i)^T S_i / phi(q_i)^T z_i with S_i, z_i
-    summed over keys j <= i (and the earlier positions' `sums` and `normaliser`), chunk by
-    chunk (`CHUNK` positions; see the module docstring).
-
-    Args:
-        phi_q: (B, H, T, m) query features; phi_k: (B, H, T, m) key features (0 at padding).
-        v: (B, H, T, Dv) values.
-        sums: (B, H, m, Dv) S of the positions before these, or None.
-        normaliser: (B, H, m) z of those positions, or None.
-
-    Returns:
-        (B, H, T, Dv) outputs, and S and z over all positions so far.
-    """
-    batch, heads, t_len, m = phi_q.shape
-    d_v = v.size(-1)
-    chunk = max(1, min(CHUNK, t_len))
-    n = math.ceil(t_len / chunk)
-    pad = n * chunk - t_len  # zero features at the end: they add nothing
-    q = F.pad(phi_q, (0, 0, 0, pad)).view(batch, heads, n, chunk, m)
-    k = F.pad(phi_k, (0, 0, 0, pad)).view(batch, heads, n, chunk, m)
-    values = F.pad(v, (0, 0, 0, pad)).view(batch, heads, n, chunk, d_v)
-    local = (q @ k.transpose(-2, -1)).tril()  # (B, H, n, C, C): j <= i within a chunk
-    chunk_sums = k.transpose(-2, -1) @ values  # (B, H, n, m, Dv)
-    chunk_normalisers = k.sum(dim=-2)  # (B, H, n, m)
-    if sums is None:
-        sums = phi_q.new_zeros(batch, heads, m, d_v)
-        normaliser = phi_q.new_zeros(batch, heads, m)
-    # S and z of everything before each chunk: earlier calls', then earlier chunks'
-    before = torch.cat([sums[:, :, None], chunk_sums[:, :, :-1]], dim=2).cumsum(dim=2)
-    before_z = torch.cat([normaliser[:, :, None], chunk_normalisers[:, :, :-1]], dim=2)
-    before_z = before_z.cumsum(dim=2)  # (B, H, n, m)
-    numerator = local @ values + q @ before  # (B, H, n, C, Dv)
-    denominator = local.sum(dim=-1, keepdim=True) + q @ before_z[..., None]  # (B, H, n, C, 1)
-    out = _divide(numerator, denominator).view(batch, heads, n * chunk, d_v)[:, :, :t_len]
-    return (
-        out,
-        before[:, :, -1] + chunk_sums[:, :, -1],
-        before_z[:, :, -1] + chunk_normalisers[:, :, -1],
-    )
 
 
 class PerformerState:
@@ -291,14 +244,7 @@ class PerformerKernel(Kernel, nn.Module):
         if keys is not None:  # padded keys add nothing to S or z
             phi_k = phi_k * keys
         phi_q = self._query_features(q)  # (B, H, T, m)
-        if not causal:
-            sums = phi_k.transpose(-2, -1) @ v  # (B, H, m, Dv)
-            out = _divide(phi_q @ sums, phi_q @ phi_k.sum(-2)[..., None])  # (B, H, T, Dv)
-        else:  # the S - T earlier positions enter as one sum, then causal chunks
-            early = s_len - t_len
-            sums = phi_k[:, :, :early].transpose(-2, -1) @ v[:, :, :early]  # (B, H, m, Dv)
-            normaliser = phi_k[:, :, :early].sum(-2)  # (B, H, m)
-            out, _, _ = causal_sums(phi_q, phi_k[:, :, early:], v[:, :, early:], sums, normaliser)
+        out = feature_attention(phi_q, phi_k, v, causal)  # (B, H, T, Dv)
         weights = LinearAttentionKernel._weights(phi_q, phi_k, causal) if need_weights else None
         return out.to(q.dtype), weights
 
