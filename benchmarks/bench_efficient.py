@@ -74,6 +74,7 @@ def test_accuracy(run: Path, data: Path, device: str) -> tuple[float, int]:
 
     from aiayn.data.classification import read_classes
     from aiayn.data.corpus import PreparedCorpus
+    from aiayn.data.lm import padded
     from aiayn.data.tokenizer import SentencePieceTokenizer
     from aiayn.io.checkpoint import BEST_DIR, WEIGHTS_FILE, latest_checkpoint, load_model
     from aiayn.training.tasks.classify import class_ids
@@ -94,10 +95,7 @@ def test_accuracy(run: Path, data: Path, device: str) -> tuple[float, int]:
             encoded = [
                 e[: model.cfg.max_len] for e in tokenizer.encode_batch([t for t, _ in chunk])
             ]
-            width = max(len(e) for e in encoded)
-            inputs = torch.full((len(encoded), width), model.cfg.pad_id, dtype=torch.long)
-            for i, e in enumerate(encoded):
-                inputs[i, : len(e)] = torch.tensor(e)
+            inputs = padded(encoded, model.cfg.pad_id)  # as the classify task batches them
             guess = model(inputs.to(device))[:, ids].argmax(-1).cpu()
             correct += sum(
                 int(g) == index[label] for g, (_, label) in zip(guess, chunk, strict=True)

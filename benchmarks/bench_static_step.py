@@ -78,29 +78,21 @@ def marian_model(size: str, directory: Path):
 
 
 def ct2_step(system: str, marian: Path, slots: int, steps: int, src_len: int, threads: int):
-    """CTranslate2's decoding step in ms: greedy `translate_batch` forced to `steps` tokens,
-    less forced to 1, divided by the `steps - 1` steps between (medians of 5 each)."""
-    import ctranslate2
+    """CTranslate2's decoding step in ms: greedy decoding forced to `steps` tokens, less
+    forced to 1, divided by the `steps - 1` steps between (medians of 5 each); the call is
+    bench_decode's, with CTranslate2's own latency settings."""
+    from benchmarks.bench_decode import ct2_runner
 
     quantization = system.removeprefix("ct2-")
     model_dir = marian.parent / f"ct2-{quantization}"
     if not (model_dir / "model.bin").exists():
         common.convert_ct2(marian, model_dir, None if quantization == "fp32" else "int8")
-    translator = ctranslate2.Translator(
-        str(model_dir),
-        device="cpu",
-        compute_type="int8" if quantization == "int8" else "float32",
-        inter_threads=1,
-        intra_threads=threads,
-    )
-    src = [[common.ct2_token(i) for i in row] for row in common.source_ids(slots, src_len)]
+    run = ct2_runner(model_dir, threads, quantization)
+    src = common.source_ids(slots, src_len)
 
     def call(n: int) -> float:
         began = time.perf_counter()
-        translator.translate_batch(
-            src, beam_size=1, max_decoding_length=n, min_decoding_length=n,
-            max_batch_size=0, return_scores=False,
-        )  # fmt: skip
+        run(src, 1, n)
         return time.perf_counter() - began
 
     call(steps)  # warm-up
