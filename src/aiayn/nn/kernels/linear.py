@@ -39,15 +39,16 @@ def _heads(q: Tensor, x: Tensor) -> Tensor:
     return x.repeat_interleave(q.size(1) // x.size(1), dim=1) if x.size(1) != q.size(1) else x
 
 
-def _key_rows(mask: Tensor | None, s_len: int) -> Tensor | None:
-    """A key-padding mask (B, 1, 1, S) as (B, 1, S, 1) floats (1 = a real key), or None."""
+def _key_rows(mask: Tensor | None, s_len: int, kernel: str = "linear") -> Tensor | None:
+    """A key-padding mask (B, 1, 1, S) as (B, 1, S, 1) bools (True = a real key), or None;
+    `kernel` names the attention in the error of a mask of another shape."""
     if mask is None:
         return None
     if mask.dim() != 4 or mask.size(-2) != 1 or mask.size(-1) != s_len:
         raise ValueError(
-            f"linear attention takes a key mask (B, 1, 1, S={s_len}), got {tuple(mask.shape)}"
+            f"{kernel} attention takes a key mask (B, 1, 1, S={s_len}), got {tuple(mask.shape)}"
         )
-    return mask[:, :, 0, :, None].float()
+    return mask[:, :, 0, :, None]
 
 
 def _divide(numerator: Tensor, normaliser: Tensor) -> Tensor:

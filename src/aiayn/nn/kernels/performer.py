@@ -61,6 +61,7 @@ from aiayn.nn.kernels import KERNELS, CacheKind, Kernel, expand_kv
 from aiayn.nn.kernels.linear import (
     LinearAttentionKernel,
     _heads,
+    _key_rows,
     causal_sums,
     feature_attention,
     refuse_scores,
@@ -96,17 +97,6 @@ def orthogonal_features(
     rows = torch.cat(blocks)[:num_features]  # (m, Dk), orthonormal within each block
     lengths = torch.randn(num_features, d_k, generator=generator).norm(dim=1, keepdim=True)
     return (rows * lengths).to(device)
-
-
-def _key_rows(mask: Tensor | None, s_len: int) -> Tensor | None:
-    """A key-padding mask (B, 1, 1, S) as (B, 1, S, 1) bools (True = a real key), or None."""
-    if mask is None:
-        return None
-    if mask.dim() != 4 or mask.size(-2) != 1 or mask.size(-1) != s_len:
-        raise ValueError(
-            f"performer attention takes a key mask (B, 1, 1, S={s_len}), got {tuple(mask.shape)}"
-        )
-    return mask[:, :, 0, :, None]
 
 
 def _key_offset(log_k: Tensor, keys: Tensor | None) -> Tensor:
@@ -238,7 +228,7 @@ class PerformerKernel(Kernel, nn.Module):
                 "of the S positions)"
             )
         k, v = _heads(q, k), _heads(q, v)  # (B, H, S, D)
-        keys = _key_rows(mask, s_len)
+        keys = _key_rows(mask, s_len, "performer")
         log_k = self._log_features(k)  # (B, H, S, m)
         phi_k = (log_k - _key_offset(log_k, keys)).exp()
         if keys is not None:  # padded keys add nothing to S or z
@@ -268,7 +258,7 @@ class PerformerKernel(Kernel, nn.Module):
         t_len = q.size(-2)
         k, v = expand_kv(k, v, kv_of_head)
         k, v = _heads(q, k), _heads(q, v)  # (B, H, T, D)
-        keys = _key_rows(mask, cache.length + t_len) if mask is not None else None
+        keys = _key_rows(mask, cache.length + t_len, "performer")
         keys = None if keys is None else keys[:, :, -t_len:]  # the new keys' own columns
         log_k = self._log_features(k)  # (B, H, T, m)
         offset = _key_offset(log_k, keys)
