@@ -1,36 +1,48 @@
-"""ListOps accuracy per attention kernel at equal budget (Long Range Arena's comparison).
+"""Each attention kernel at equal budget on Long Range Arena's kinds of task, built offline:
+ListOps, byte-level text classification (the Bible's genres) and a character-level
+language model at context 2,048.
 
-    python -m benchmarks.bench_efficient --device cuda --data .gpu/listops
+    python -m benchmarks.bench_efficient --task listops --device cuda --data .gpu/listops
+    python -m benchmarks.bench_efficient --task bible-genre --device cuda --data .gpu/bible-genre
+    python -m benchmarks.bench_efficient --task charlm --device cuda --data .gpu/bible-chars
 
-Each kernel (sdpa = full attention, sliding_window, bigbird, linear, performer) trains
-the same encoder classifier (configs/listops-gpu.yaml; only `model.attention` and that
-kernel's options differ) for the same number of updates, once per seed, then scores
-the held-out test split with its checkpoint of lowest validation loss. The runs go
---parallel at a time, each in its own process (a worker of this module: the training,
-the test score and its peak memory in one process); on one GPU they share the card,
-which the results file says.
+Each kernel (sdpa = full attention, sliding_window, bigbird, linear, performer; the
+language model takes the causal ones, so no bigbird) trains the task's recipe (`TASKS`;
+only `model.attention` and that kernel's options differ) for the same number of
+updates or minutes, once per seed, then scores the held-out test split with its
+checkpoint of lowest validation loss: accuracy for the classification tasks, bits per
+character for the language model. The runs go --parallel at a time, each in its own
+process (a worker of this module: the training, the test score and its peak memory in
+one process); on one GPU they share the card, which the results file says.
 
-Per run: test and best validation accuracy, updates, wall seconds, input tokens per
-second (texts per second x the training texts' mean length in tokens) and peak memory
-(CUDA's allocator, or the process's resident high-water mark on the CPU). Per kernel:
-the mean and sample standard deviation over seeds, beside LRA's published ListOps
-accuracy (Tay et al. 2021, Table 1). Written to results/efficient-listops.json
-(`--results`); every run's log stays in --workdir.
+Per run: the test score and the best validation score, updates, wall seconds, input
+tokens per second (for classification: texts per second x the training texts' mean
+length in tokens) and peak memory (CUDA's allocator, or the process's resident
+high-water mark on the CPU). Per kernel: the mean and sample standard deviation over
+seeds. Beside them, baselines that read no context: the most common class (and for
+ListOps, the class most common after the root operator, the first token), or a
+unigram model of the characters; and LRA's published ListOps accuracy (Tay et al.
+2021, Table 1). Written to results/efficient-TASK.json (`--results`); every run's log
+stays in --workdir. A data set missing from --data is written first.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks import common
 
 KERNELS = ("sdpa", "sliding_window", "bigbird", "linear", "performer")
+CAUSAL_KERNELS = ("sdpa", "sliding_window", "linear", "performer")  # BigBird has no causal form
 # Each kernel's settings, the same in every run (overrides of the recipe).
 KERNEL_SETTINGS = {
     "sdpa": [],
@@ -50,15 +62,60 @@ LRA_LISTOPS = {
 RESULT_FILE = "result.json"
 
 
+@dataclass(frozen=True)
+class Task:
+    """One comparison: its recipe, the kernels that can run it, and how it is scored.
+
+    Attributes:
+        recipe: the packaged recipe every run trains.
+        kernels: the kernels compared (the language model's must be causal).
+        metric: "accuracy" (classification, %) or "bpc" (language model, bits per
+            character; lower is better).
+    """
+
+    recipe: str
+    kernels: tuple[str, ...]
+    metric: str
+
+
+TASKS = {
+    "listops": Task("listops-gpu", KERNELS, "accuracy"),
+    "bible-genre": Task("bible-genre-gpu", KERNELS, "accuracy"),
+    "charlm": Task("charlm-gpu", CAUSAL_KERNELS, "bpc"),
+}
+SCORES = ("test_accuracy", "best_valid_accuracy", "test_bpc", "best_valid_bpc")
+
+
+def write_data(task: str, data: Path, scale: float) -> None:
+    """Write `task`'s data set into `data` unless it is there (ListOps' generator keeps
+    a data set of the same settings; the Bible's need the SWORD packages)."""
+    if task == "listops":
+        from aiayn.data.listops import ListOpsConfig, write_listops
+
+        write_listops(data, ListOpsConfig(scale=scale))
+    elif (data / "corpus.json").is_file():
+        return
+    elif task == "bible-genre":
+        from aiayn.data.bible_books import Labels, PassageConfig, write_bible_books
+
+        write_bible_books(data, PassageConfig(labels=Labels.GENRE))
+    else:
+        from aiayn.data.lm import prepare_lm_bible
+        from aiayn.data.prepare import PrepareConfig
+
+        prepare_lm_bible(data, "en", config=PrepareConfig(vocab_size=256, model_type="char"))
+
+
 def summarise(runs: list[dict]) -> dict[str, dict]:
     """Per kernel: the mean and sample standard deviation (0 for one seed) over its runs
-    of test accuracy, best validation accuracy, tokens/s and peak MiB, and the seeds."""
+    of each score it has (test and best validation accuracy, or bits per character),
+    tokens/s, peak MiB and updates, and the seeds."""
     out = {}
     ran = {r["kernel"] for r in runs}
     for kernel in [k for k in KERNELS if k in ran]:
         mine = [r for r in runs if r["kernel"] == kernel]
         entry = {"seeds": [r["seed"] for r in mine]}
-        for key in ("test_accuracy", "best_valid_accuracy", "tokens_per_s", "peak_mib", "steps"):
+        for key in (*SCORES, "tokens_per_s", "peak_mib", "steps"):
             values = [r[key] for r in mine if r.get(key) is not None]
             if values:
                 entry[key] = statistics.fmean(values)
@@ -67,21 +124,27 @@ def summarise(runs: list[dict]) -> dict[str, dict]:
     return out
 
 
+def best_model(run: Path, device: str):
+    """The run's model at its checkpoint of lowest validation loss (its last where none)."""
+    from aiayn.io.checkpoint import BEST_DIR, WEIGHTS_FILE, latest_checkpoint, load_model
+
+    best = run / "checkpoints" / BEST_DIR / WEIGHTS_FILE
+    weights = best if best.is_file() else latest_checkpoint(run) / WEIGHTS_FILE
+    return load_model(weights, device).eval()
+
+
 def test_accuracy(run: Path, data: Path, device: str) -> tuple[float, int]:
     """The share of `data`'s test texts whose best-scored class is theirs, by the run's
-    checkpoint of lowest validation loss (its last where none), and the texts counted."""
+    best model (`best_model`), and the texts counted."""
     import torch
 
     from aiayn.data.classification import read_classes
     from aiayn.data.corpus import PreparedCorpus
     from aiayn.data.lm import padded
     from aiayn.data.tokenizer import SentencePieceTokenizer
-    from aiayn.io.checkpoint import BEST_DIR, WEIGHTS_FILE, latest_checkpoint, load_model
     from aiayn.training.tasks.classify import class_ids
 
-    best = run / "checkpoints" / BEST_DIR / WEIGHTS_FILE
-    weights = best if best.is_file() else latest_checkpoint(run) / WEIGHTS_FILE
-    model = load_model(weights, device).eval()
+    model = best_model(run, device)
     corpus = PreparedCorpus.load(data)
     classes = read_classes(corpus)
     index = {name: i for i, name in enumerate(classes)}
@@ -103,6 +166,52 @@ def test_accuracy(run: Path, data: Path, device: str) -> tuple[float, int]:
     return correct / len(rows), len(rows)
 
 
+def pieces_per_character(data: Path, split: str) -> float:
+    """Ids in `split`'s packed stream (each document's pieces and its eos) per character
+    of its text file (each document's characters and its line break). A character
+    model's pieces are characters, but sentencepiece adds one word-start piece to each
+    document: the ratio turns nats per piece into nats per character."""
+    from aiayn.data.corpus import PreparedCorpus
+    from aiayn.data.lm import read_documents
+    from aiayn.data.tokenizer import SentencePieceTokenizer
+
+    corpus = PreparedCorpus.load(data)
+    documents = read_documents(corpus, split)
+    tokenizer = SentencePieceTokenizer.load(data / "spm.model")
+    pieces = sum(len(ids) + 1 for ids in tokenizer.encode_batch(documents))
+    return pieces / sum(len(d) + 1 for d in documents)
+
+
+def bits_per_character(nats_per_piece: float, data: Path, split: str) -> float:
+    """A language model's loss in nats per piece as bits per character of `split`."""
+    return nats_per_piece * pieces_per_character(data, split) / math.log(2)
+
+
+def test_bits_per_char(run: Path, data: Path, device: str) -> tuple[float, int]:
+    """The run's best model (`best_model`) on `data`'s test split, packed into blocks
+    as the language-model task packs them: bits per character, and the pieces scored."""
+    import torch
+    import torch.nn.functional as F
+
+    from aiayn.data.corpus import PreparedCorpus
+    from aiayn.data.lm import pack, read_documents
+    from aiayn.data.tokenizer import SentencePieceTokenizer
+
+    model = best_model(run, device)
+    tokenizer = SentencePieceTokenizer.load(run / "spm.model")
+    documents = tokenizer.encode_batch(read_documents(PreparedCorpus.load(data), "test"))
+    blocks = torch.tensor(pack(documents, model.cfg.eos_id, model.cfg.max_len + 1, 1).blocks)
+    nats, count = 0.0, 0
+    with torch.no_grad():
+        for chunk in blocks.split(4):
+            chunk = chunk.to(device)
+            logits = model(chunk[:, :-1]).float()
+            targets = chunk[:, 1:]
+            nats += F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum").item()
+            count += targets.numel()
+    return bits_per_character(nats / count, data, "test"), count
+
+
 def worker(args: argparse.Namespace) -> None:
     """One run: train, score the test split, write RUN/result.json."""
     import resource
@@ -112,6 +221,7 @@ def worker(args: argparse.Namespace) -> None:
     from aiayn.configs import find_recipe
     from aiayn.training.trainer import train_from_recipe
 
+    task = TASKS[args.task]
     run = args.workdir / f"{args.kernel}-seed{args.seed}"
     overrides = [
         f"data.corpus={args.data.resolve()}",
@@ -123,17 +233,35 @@ def worker(args: argparse.Namespace) -> None:
     ]
     began = time.perf_counter()
     result = train_from_recipe(
-        find_recipe(Path(args.recipe)), run, overrides, device=args.device, progress=False
+        find_recipe(Path(task.recipe)), run, overrides, device=args.device, progress=False
     )
     seconds = time.perf_counter() - began
-    accuracy, n_test = test_accuracy(run, args.data, args.device)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").open(encoding="utf-8")]
+    valid = [r for r in rows if r.get("kind") == "valid"]
+    per_s = [r["tgt_tokens_per_s"] for r in rows if r.get("kind") == "train"]
+    if task.metric == "accuracy":
+        accuracy, n_test = test_accuracy(run, args.data, args.device)
+        accuracies = [r["accuracy"] for r in valid if "accuracy" in r]
+        scores = dict(
+            test_accuracy=100 * accuracy,
+            test_texts=n_test,
+            best_valid_accuracy=100 * max(accuracies) if accuracies else None,
+            last_valid_accuracy=100 * accuracies[-1] if accuracies else None,
+            texts_per_s=statistics.median(per_s) if per_s else None,
+        )
+    else:
+        bpc, n_test = test_bits_per_char(run, args.data, args.device)
+        losses = [r["loss"] for r in valid if "loss" in r]
+        scores = dict(
+            test_bpc=bpc,
+            test_pieces=n_test,
+            best_valid_bpc=bits_per_character(min(losses), args.data, "valid") if losses else None,
+            tokens_per_s=statistics.median(per_s) if per_s else None,
+        )
     if args.device.startswith("cuda"):
         peak_mib = torch.cuda.max_memory_allocated() / 2**20
     else:
         peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").open(encoding="utf-8")]
-    valid = [r["accuracy"] for r in rows if r.get("kind") == "valid" and "accuracy" in r]
-    texts_per_s = [r["tgt_tokens_per_s"] for r in rows if r.get("kind") == "train"]
     record = dict(
         kernel=args.kernel,
         seed=args.seed,
@@ -141,11 +269,7 @@ def worker(args: argparse.Namespace) -> None:
         stopped=result.stopped,
         seconds=seconds,
         train_minutes=result.train_minutes,
-        test_accuracy=100 * accuracy,
-        test_texts=n_test,
-        best_valid_accuracy=100 * max(valid) if valid else None,
-        last_valid_accuracy=100 * valid[-1] if valid else None,
-        texts_per_s=statistics.median(texts_per_s) if texts_per_s else None,
+        **scores,
         peak_mib=peak_mib,
         overrides=overrides,
     )
@@ -153,16 +277,63 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def mean_length(data: Path) -> float:
-    """The training texts' mean length in tokens (ListOps: one id per token)."""
-    lengths = [len(line.split()) for line in (data / "train.text").open(encoding="utf-8")]
-    return statistics.fmean(lengths)
+    """The training texts' mean length in ids, as the classify task cuts them (no cut here)."""
+    from aiayn.data.tokenizer import SentencePieceTokenizer
+
+    tokenizer = SentencePieceTokenizer.load(data / "spm.model")
+    texts = (data / "train.text").read_text(encoding="utf-8").splitlines()
+    return statistics.fmean(len(ids) for ids in tokenizer.encode_batch(texts))
+
+
+def labels(data: Path, split: str) -> list[str]:
+    """The class of each text of `split`, in order."""
+    return (data / f"{split}.label").read_text(encoding="utf-8").splitlines()
 
 
 def majority_share(data: Path, split: str) -> float:
     """The percentage of `split`'s texts whose label is its most common one: the
     accuracy of always answering that class."""
-    labels = (data / f"{split}.label").read_text(encoding="utf-8").split()
-    return 100 * max(labels.count(label) for label in set(labels)) / len(labels)
+    classes = labels(data, split)
+    return 100 * max(Counter(classes).values()) / len(classes)
+
+
+def first_token_share(data: Path, split: str) -> float:
+    """The accuracy on `split` of answering, for each text, the class most common in
+    the training split after that text's first word (ListOps: the root operator, as
+    MAX -> 9 and MIN -> 0)."""
+
+    def firsts(name: str) -> list[str]:
+        lines = (data / f"{name}.text").read_text(encoding="utf-8").splitlines()
+        return [line.split()[0] for line in lines]
+
+    seen: dict[str, Counter] = {}
+    for first, label in zip(firsts("train"), labels(data, "train"), strict=True):
+        seen.setdefault(first, Counter())[label] += 1
+    guess = {first: counts.most_common(1)[0][0] for first, counts in seen.items()}
+    pairs = list(zip(firsts(split), labels(data, split), strict=True))
+    return 100 * sum(guess.get(first) == label for first, label in pairs) / len(pairs)
+
+
+def unigram_bpc(data: Path, split: str) -> float:
+    """Bits per character on `split` of the training text's character frequencies (a
+    line break ends each document; a character the training text lacks counts once):
+    what a model that reads no context scores."""
+    train = Counter((data / "train.en").read_text(encoding="utf-8"))
+    text = (data / f"{split}.en").read_text(encoding="utf-8")
+    total = sum(train.values()) + len(set(text) - set(train))
+    bits = sum(-math.log2(train.get(c, 1) / total) for c in text)
+    return bits / len(text)
+
+
+def baselines(task: str, data: Path) -> dict[str, dict[str, float]]:
+    """The scores of answering without reading the context, per split."""
+    splits = ("valid", "test")
+    if TASKS[task].metric == "bpc":
+        return {"unigram_bpc": {s: unigram_bpc(data, s) for s in splits}}
+    out = {"majority_accuracy": {s: majority_share(data, s) for s in splits}}
+    if task == "listops":
+        out["first_token_accuracy"] = {s: first_token_share(data, s) for s in splits}
+    return out
 
 
 def launch(args: argparse.Namespace) -> list[dict]:
@@ -171,9 +342,10 @@ def launch(args: argparse.Namespace) -> list[dict]:
     running: list[tuple[str, int, subprocess.Popen, object]] = []
     records = []
     base = [sys.executable, "-m", "benchmarks.bench_efficient", "--worker"]
-    shared = ["--device", args.device, "--data", str(args.data), "--workdir", str(args.workdir)]
-    shared += ["--steps", str(args.steps), "--recipe", args.recipe]
+    shared = ["--task", args.task, "--device", args.device, "--data", str(args.data)]
+    shared += ["--workdir", str(args.workdir), "--steps", str(args.steps)]
     shared += [item for value in args.set for item in ("--set", value)]
+    metric = TASKS[args.task].metric
     while jobs or running:
         while jobs and len(running) < args.parallel:
             kernel, seed = jobs.pop(0)
@@ -193,8 +365,9 @@ def launch(args: argparse.Namespace) -> list[dict]:
             if process.returncode == 0 and path.is_file():
                 records.append(json.loads(path.read_text(encoding="utf-8")))
                 r = records[-1]
+                score = r[f"test_{metric}"]
                 print(
-                    f"done {kernel} seed {seed}: test {r['test_accuracy']:.1f}%, "
+                    f"done {kernel} seed {seed}: test {metric} {score:.2f}, "
                     f"{r['steps']} updates in {r['seconds']:.0f} s",
                     flush=True,
                 )
@@ -205,17 +378,17 @@ def launch(args: argparse.Namespace) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", choices=sorted(TASKS), default="listops")
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--kernels", default=",".join(KERNELS))
+    parser.add_argument("--kernels", default=None, help="default: every kernel the task takes")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--steps", type=int, default=1500, help="updates per run (equal budget)")
-    parser.add_argument("--data", type=Path, required=True, help="a ListOps data set")
-    parser.add_argument("--scale", type=float, default=0.1, help="if --data must be generated")
-    parser.add_argument("--recipe", default="listops-gpu")
+    parser.add_argument("--data", type=Path, required=True, help="the task's data set")
+    parser.add_argument("--scale", type=float, default=0.1, help="ListOps, if to be generated")
     parser.add_argument("--set", action="append", default=[], help="one more recipe override")
     parser.add_argument("--parallel", type=int, default=15, help="runs at a time")
     parser.add_argument("--workdir", type=Path, default=Path("runs/bench-efficient"))
-    parser.add_argument("--results", default="efficient-listops")
+    parser.add_argument("--results", default=None, help="default: efficient-TASK")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--kernel", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -223,48 +396,61 @@ def main() -> None:
     if args.worker:
         args.seed = args.seeds[0]
         return worker(args)
-    args.kernels = args.kernels.split(",")
-    unknown = sorted(set(args.kernels) - set(KERNELS))
+    task = TASKS[args.task]
+    args.kernels = args.kernels.split(",") if args.kernels else list(task.kernels)
+    unknown = sorted(set(args.kernels) - set(task.kernels))
     if unknown:
-        parser.error(f"--kernels: unknown {unknown}; choose from {', '.join(KERNELS)}")
-    from aiayn.data.listops import ListOpsConfig, write_listops
-
-    write_listops(args.data, ListOpsConfig(scale=args.scale))  # kept if already there
+        parser.error(f"--kernels: {unknown} cannot run {args.task}; choose from {task.kernels}")
+    args.results = args.results or f"efficient-{args.task}"
+    write_data(args.task, args.data, args.scale)
     args.workdir.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
     runs = launch(args)
     wall = time.perf_counter() - began
     if not runs:
         sys.exit(f"every run failed: see their logs in {args.workdir}")
-    length = mean_length(args.data)
-    for r in runs:
-        r["tokens_per_s"] = None if r["texts_per_s"] is None else r["texts_per_s"] * length
+    manifest = {}
+    if task.metric == "accuracy":
+        length = mean_length(args.data)
+        for r in runs:
+            r["tokens_per_s"] = None if r["texts_per_s"] is None else r["texts_per_s"] * length
+        from aiayn.data import bible_books, listops
+
+        manifest_file = {"listops": listops.MANIFEST, "bible-genre": bible_books.MANIFEST}
+        manifest = json.loads((args.data / manifest_file[args.task]).read_text("utf-8"))
     summary = summarise(runs)
-    manifest = json.loads((args.data / "listops.json").read_text(encoding="utf-8"))
     payload = {
+        "task": args.task,
+        "metric": task.metric,
+        "recipe": task.recipe,
         "args": {k: str(v) for k, v in vars(args).items()},
         "data": manifest,
-        "mean_train_tokens": length,
-        "majority_accuracy": {s: majority_share(args.data, s) for s in ("valid", "test")},
+        **({"mean_train_tokens": length} if task.metric == "accuracy" else {}),
+        "baselines": baselines(args.task, args.data),
         "shared_device": f"{args.parallel} runs at a time on one {args.device}",
         "wall_seconds": wall,
-        "lra_listops": {k: {"model": m, "accuracy": a} for k, (m, a) in LRA_LISTOPS.items()},
         "kernels": summary,
         "runs": sorted(runs, key=lambda r: (KERNELS.index(r["kernel"]), r["seed"])),
     }
+    if args.task == "listops":
+        payload["lra_listops"] = {
+            k: {"model": m, "accuracy": a} for k, (m, a) in LRA_LISTOPS.items()
+        }
+    metric = task.metric
     rows = [
         [
             kernel,
-            f"{s['test_accuracy']:.1f} ± {s['test_accuracy_std']:.1f}",
-            f"{s['best_valid_accuracy']:.1f}" if "best_valid_accuracy" in s else "—",
+            f"{s[f'test_{metric}']:.2f} ± {s[f'test_{metric}_std']:.2f}",
+            f"{s[f'best_valid_{metric}']:.2f}" if f"best_valid_{metric}" in s else "—",
+            f"{s['steps']:,.0f}",
             f"{s['tokens_per_s']:,.0f}" if "tokens_per_s" in s else "—",
             f"{s['peak_mib']:,.0f}",
-            f"{LRA_LISTOPS[kernel][1]:.1f} ({LRA_LISTOPS[kernel][0]})",
         ]
         for kernel, s in summary.items()
     ]
-    headers = ["kernel", "test acc. %", "best valid %", "tokens/s", "peak MiB", "LRA"]
-    print(common.table(headers, rows))
+    headers = ["kernel", f"test {metric}", f"best valid {metric}", "updates", "tokens/s"]
+    print(common.table([*headers, "peak MiB"], rows))
+    print(f"baselines: {payload['baselines']}")
     print(f"written {common.write_json(args.results, payload)}")
     if len(runs) < len(args.kernels) * len(args.seeds):
         sys.exit("some runs failed: see their logs in the work directory")

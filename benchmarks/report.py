@@ -1608,41 +1608,64 @@ def gpu_decode(name: str = "decode-gpu-b256") -> str:
     return table(headers, rows) + "\n\n" + source(name, data)
 
 
-def efficient_listops(name: str = "efficient-listops") -> str:
-    """bench_efficient: ListOps test accuracy per kernel over seeds, beside LRA's."""
+def efficient_task(name: str) -> str:
+    """bench_efficient: a task's test score per kernel over seeds (accuracy, or bits per
+    character), beside the baselines that read no context and, for ListOps, LRA's."""
     data = load(name)
+    metric = data.get("metric", "accuracy")
+    lra = data.get("lra_listops")
+    digits = 1 if metric == "accuracy" else 2  # accuracy in %, bits per character
     rows = []
     for kernel, s in data["kernels"].items():
-        lra = data["lra_listops"][kernel]
-        rows.append(
-            [
-                kernel,
-                f"{s['test_accuracy']:.1f} ± {s['test_accuracy_std']:.1f}",
-                f"{s['best_valid_accuracy']:.1f}" if "best_valid_accuracy" in s else "—",
-                number(s["steps"]),
-                number(s["tokens_per_s"]) if "tokens_per_s" in s else "—",
-                number(s["peak_mib"]),
-                f"{lra['accuracy']:.1f} ({lra['model']})",
-            ]
-        )
-    headers = ["kernel", "test accuracy % (mean ± std)", "best valid %", "updates"]
-    headers += ["tokens/s", "peak MiB", "LRA's ListOps %"]
-    sizes = data["data"]["sizes"]
-    majority = data.get("majority_accuracy")
-    baseline = (
-        f" Always answering the most common class scores {majority['test']:.1f}% on the "
-        f"test split and {majority['valid']:.1f}% on the validation split."
-        if majority
-        else ""
-    )
+        best = s.get(f"best_valid_{metric}")
+        row = [
+            kernel,
+            f"{s[f'test_{metric}']:.{digits}f} ± {s[f'test_{metric}_std']:.{digits}f}",
+            "—" if best is None else f"{best:.{digits}f}",
+            number(s["steps"]),
+            number(s["tokens_per_s"]) if "tokens_per_s" in s else "—",
+            number(s["peak_mib"]),
+        ]
+        if lra:
+            row.append(f"{lra[kernel]['accuracy']:.1f} ({lra[kernel]['model']})")
+        rows.append(row)
+    what = "accuracy %" if metric == "accuracy" else "bits per character"
+    headers = ["kernel", f"test {what} (mean ± std)", "best valid", "updates", "tokens/s"]
+    headers += ["peak MiB"] + (["LRA's ListOps %"] if lra else [])
+    # results before the baselines were grouped kept the majority class on its own
+    baselines = data.get("baselines") or {"majority_accuracy": data["majority_accuracy"]}
+    named = {
+        "majority_accuracy": "Always answering the most common class scores {test:.1f}% on "
+        "the test split and {valid:.1f}% on the validation split.",
+        "first_token_accuracy": "Answering the class most common in training after the "
+        "first token (the root operator) scores {test:.1f}% on test and {valid:.1f}% on "
+        "validation.",
+        "unigram_bpc": "The training text's character frequencies, reading no context, "
+        "score {test:.2f} bits per character on test and {valid:.2f} on validation.",
+    }
+    said_baselines = " ".join(named[key].format(**value) for key, value in baselines.items())
     seeds = ", ".join(map(str, next(iter(data["kernels"].values()))["seeds"]))
     device = data.get("gpu", data["args"].get("device", ""))
+    task = data.get("task", "listops")
+    if task == "listops":
+        sizes = data["data"]["sizes"]
+        about = (
+            f"ListOps at scale {data['data']['settings']['scale']:g}: {sizes['train']:,} / "
+            f"{sizes['valid']:,} / {sizes['test']:,} train / valid / test expressions, mean "
+            f"{data['mean_train_tokens']:,.0f} tokens."
+        )
+    elif task == "bible-genre":
+        sizes = data["data"]["sizes"]
+        about = (
+            f"The Bible's {len(data['data']['classes'])} genres: {sizes['train']:,} / "
+            f"{sizes['valid']:,} / {sizes['test']:,} train / valid / test passages, held "
+            f"out by chapter, mean {data['mean_train_tokens']:,.0f} characters."
+        )
+    else:
+        about = "The English Bible (WEB), one piece per character, blocks of 2,048."
     said = (
         f"{len(data['runs'])} runs, seeds {seeds} per kernel, "
-        f"{data['args']['parallel']} at a time on one {device}; ListOps at scale "
-        f"{data['data']['settings']['scale']:g}: {sizes['train']:,} / {sizes['valid']:,} / "
-        f"{sizes['test']:,} train / valid / test expressions, mean {data['mean_train_tokens']:,.0f} "
-        f"tokens.{baseline}"
+        f"{data['args']['parallel']} at a time on one {device}; {about} {said_baselines}"
     )
     return "\n\n".join([table(headers, rows, left=1), said, source(name, data)])
 
@@ -1673,7 +1696,9 @@ TABLES: dict[str, Callable[[], str]] = {
     "generate-engine": generate_engine,
     "step-overhead": step_overhead,
     "gpu-decode": gpu_decode,
-    "efficient-listops": efficient_listops,
+    "efficient-listops": lambda: efficient_task("efficient-listops"),
+    "efficient-bible-genre": lambda: efficient_task("efficient-bible-genre"),
+    "efficient-charlm": lambda: efficient_task("efficient-charlm"),
     "positions-extrapolation": positions_extrapolation,
     "positions-bible": positions_bible,
     "pruning": pruning,
@@ -1739,6 +1764,8 @@ WHEN = {
     "step-overhead": recorded("step-overhead"),
     "gpu-decode": recorded("decode-gpu-b256"),
     "efficient-listops": recorded("efficient-listops"),
+    "efficient-bible-genre": recorded("efficient-bible-genre"),
+    "efficient-charlm": recorded("efficient-charlm"),
 }
 
 

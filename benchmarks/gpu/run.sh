@@ -5,11 +5,15 @@
 #
 #   bash benchmarks/gpu/run.sh a     # CUDA tests, training MFU, decoding, long attention
 #   bash benchmarks/gpu/run.sh b     # the quickstart on the GPU, ListOps per kernel
+#   bash benchmarks/gpu/run.sh c     # issue 31: ListOps, the Bible's genres and the
+#                                    # character LM per kernel, one task after another
 #
 # The machine's own python3 (PyTorch with CUDA) runs aiayn from src/ (it is not
-# installed there); the prepared Bible corpus travels in .gpu/qs/data (git-ignored).
+# installed there); the prepared data sets travel in .gpu/ (git-ignored): the Bible
+# corpus in .gpu/qs/data, ListOps in .gpu/listops, the genre passages in
+# .gpu/bible-genre and the character corpus in .gpu/bible-chars.
 set -u
-part=${1:?usage: run.sh a|b}
+part=${1:?usage: run.sh a|b|c}
 OUT=${OUT:-/tmp/gpu-out}
 W=/tmp/gpu-work
 mkdir -p "$OUT" "$W"
@@ -80,3 +84,22 @@ if [ "$part" = b ]; then
         --systems aiayn-bf16,hf-bf16 --results decode-gpu-b256
 fi
 echo "done: $(cat "$W/steps.txt" | tr '\n' ';')"
+
+if [ "$part" = c ]; then
+    # every run of a task gets the same training minutes; the tasks take turns, each
+    # with all its runs side by side on the card (said with their figures)
+    for task in listops:listops bible-genre:bible-genre charlm:bible-chars; do
+        name=${task%%:*}
+        step "efficient-$name" 170 $PY -m benchmarks.bench_efficient --task "$name" \
+            --device cuda --data ".gpu/${task#*:}" --steps 100000 --parallel 15 \
+            --workdir "/tmp/runs-$name" --set train.max_minutes=1.75 \
+            --set train.valid_every_steps=100
+        for d in /tmp/runs-$name/*/; do
+            n=$(basename "$d"); mkdir -p "$W/runs-$name/$n"
+            cp "$d"/result.json "$d"/metrics.jsonl "$d"/train.log "$W/runs-$name/$n/" 2>/dev/null
+        done
+        cp /tmp/runs-$name/*.log "$W/runs-$name/" 2>/dev/null
+        cp benchmarks/results/efficient-*.json "$W/" 2>/dev/null
+        pack
+    done
+fi

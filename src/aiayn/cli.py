@@ -114,12 +114,18 @@ _MAX_RATIO = typer.Option(3.0, help="Drop training pairs whose sides differ more
 _SEED = typer.Option(0, help="Seed of the subword model's training sample.")
 
 
-def _prepare_config(vocab_size: int, max_tokens: int, max_ratio: float, seed: int):
+def _prepare_config(
+    vocab_size: int, max_tokens: int, max_ratio: float, seed: int, model_type: str = "bpe"
+):
     from aiayn.data.prepare import PrepareConfig
 
     try:
         return PrepareConfig(
-            vocab_size=vocab_size, max_tokens=max_tokens, max_ratio=max_ratio, seed=seed
+            vocab_size=vocab_size,
+            model_type=model_type,
+            max_tokens=max_tokens,
+            max_ratio=max_ratio,
+            seed=seed,
         )
     except ValueError as err:
         raise _fail(err) from None
@@ -318,6 +324,11 @@ prepare_lm_app = typer.Typer(
 )
 prepare_app.add_typer(prepare_lm_app, name="lm")
 _LM_OUT = typer.Argument(..., help="Directory to write (created if missing).")
+_LM_MODEL_TYPE = typer.Option(
+    "bpe",
+    help="bpe, unigram, or char: one piece per character (a character-level model; "
+    "--vocab-size is then an upper bound).",
+)
 
 
 def _run_prepare_lm(build, out: str) -> None:
@@ -344,6 +355,7 @@ def prepare_lm_bible_command(
     ),
     vocab_size: int = typer.Option(8000, help="Subword vocabulary size."),
     seed: int = _SEED,
+    model_type: str = _LM_MODEL_TYPE,
 ):
     """One side of the built-in Bible corpus, split by chapter exactly as `prepare bible`."""
     from aiayn.data.bible import EnglishSource
@@ -353,7 +365,7 @@ def prepare_lm_bible_command(
         english = EnglishSource(src.lower())
     except ValueError:
         raise typer.BadParameter(f"--src must be web or kjv, got {src!r}") from None
-    config = _prepare_config(vocab_size, 256, 3.0, seed)
+    config = _prepare_config(vocab_size, 256, 3.0, seed, model_type)
     _run_prepare_lm(lambda: prepare_lm_bible(out, lang, english, config), out)
 
 
@@ -366,11 +378,12 @@ def prepare_lm_text_command(
     test: str | None = typer.Option(None, help="Test text, same format."),
     vocab_size: int = typer.Option(8000, help="Subword vocabulary size."),
     seed: int = _SEED,
+    model_type: str = _LM_MODEL_TYPE,
 ):
     """Any plain-text file, one document (or line) per line."""
     from aiayn.data.lm import prepare_lm_text
 
-    config = _prepare_config(vocab_size, 256, 3.0, seed)
+    config = _prepare_config(vocab_size, 256, 3.0, seed, model_type)
     _run_prepare_lm(lambda: prepare_lm_text(train, out, lang, valid, test, config), out)
 
 

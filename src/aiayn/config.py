@@ -231,6 +231,7 @@ overflow it, and useful ones lie between 0 and 2."""
 
 
 SUBLAYER_KINDS = ("encoder.self", "decoder.self", "decoder.cross")
+POOLINGS = ("mean", "first")  # ModelConfig.pooling: how encoder_classifier reads a sequence
 """The kinds of attention sub-layer; a sub-layer is named "encoder.I.self",
 "decoder.I.self" or "decoder.I.cross" (I its layer, from 0)."""
 
@@ -306,6 +307,9 @@ class ModelConfig:
         type_vocab_size: token types (BERT's segments A and B) whose learned
             vectors are added to the encoder's input embeddings; 0 for none.
         embedding_norm: a LayerNorm on the embedding sum, before its dropout (BERT).
+        pooling: encoder_classifier only: the one vector per sequence its head reads,
+            "mean" (of the states at the real positions) or "first" (the state at
+            position 0, as BERT's classifier reads its [CLS] token's).
         pad_id, bos_id, eos_id: special token ids of the vocabulary. The decoder
             starts from bos_id, which may equal pad_id (Marian starts from pad).
 
@@ -341,6 +345,7 @@ class ModelConfig:
     layer_norm_eps: float = 1e-5
     type_vocab_size: int = 0
     embedding_norm: bool = False
+    pooling: str = "mean"
     pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
@@ -381,6 +386,10 @@ class ModelConfig:
         _positive("attention_window", self.attention_window)
         if self.global_tokens < 0:
             raise ValueError(f"ModelConfig.global_tokens must be >= 0, got {self.global_tokens}")
+        if self.pooling not in POOLINGS:
+            raise ValueError(
+                f"ModelConfig.pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}"
+            )
         activation = enum_member(Activation, self.activation, "ModelConfig.activation")
         set_field(self, "activation", activation)
 

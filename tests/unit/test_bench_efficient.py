@@ -1,4 +1,5 @@
-"""benchmarks/bench_efficient.py: the per-kernel summary over seeds, by hand."""
+"""benchmarks/bench_efficient.py: the per-kernel summary over seeds, the baselines that
+read no context and the conversion to bits per character, by hand."""
 
 from __future__ import annotations
 
@@ -6,7 +7,20 @@ import math
 
 import pytest
 
-from benchmarks.bench_efficient import KERNEL_SETTINGS, KERNELS, LRA_LISTOPS, summarise
+from aiayn.data.lm import prepare_lm_text
+from aiayn.data.prepare import PrepareConfig
+from benchmarks.bench_efficient import (
+    KERNEL_SETTINGS,
+    KERNELS,
+    LRA_LISTOPS,
+    TASKS,
+    bits_per_character,
+    first_token_share,
+    majority_share,
+    pieces_per_character,
+    summarise,
+    unigram_bpc,
+)
 
 
 def run(kernel: str, seed: int, accuracy: float, peak: float = 100.0) -> dict:
@@ -33,3 +47,46 @@ def test_the_summary_gives_each_kernels_mean_and_sample_std_in_the_kernels_order
 def test_every_kernel_has_its_settings_and_its_lra_counterpart():
     assert set(KERNEL_SETTINGS) == set(KERNELS) == set(LRA_LISTOPS)
     assert LRA_LISTOPS["sdpa"] == ("Transformer", 36.37)  # Tay et al. 2021, Table 1
+
+
+def test_every_task_runs_only_kernels_that_have_its_form():
+    assert TASKS["listops"].kernels == KERNELS
+    assert "bigbird" not in TASKS["charlm"].kernels  # no causal form
+    assert {t.metric for t in TASKS.values()} == {"accuracy", "bpc"}
+
+
+def write_split(root, split: str, rows: list[tuple[str, str]]) -> None:
+    (root / f"{split}.text").write_text("".join(f"{t}\n" for t, _ in rows), encoding="utf-8")
+    (root / f"{split}.label").write_text("".join(f"{c}\n" for _, c in rows), encoding="utf-8")
+
+
+def test_the_first_token_baseline_answers_each_first_words_commonest_training_class(tmp_path):
+    train = [("[MAX 1 9 ]", "9"), ("[MAX 9 2 ]", "9"), ("[MAX 3 4 ]", "4"), ("[MIN 0 5 ]", "0")]
+    write_split(tmp_path, "train", train)
+    test = [("[MAX 8 9 ]", "9"), ("[MIN 0 7 ]", "0"), ("[MIN 3 4 ]", "3"), ("[SM 1 2 ]", "3")]
+    write_split(tmp_path, "test", test)
+    # MAX -> 9 (2 of 3), MIN -> 0; SM never starts a training text: no answer, wrong
+    assert first_token_share(tmp_path, "test") == pytest.approx(100 * 2 / 4)
+    assert majority_share(tmp_path, "test") == pytest.approx(50.0)  # 9, 0, 3, 3: "3" twice
+
+
+def test_the_unigram_baseline_is_the_cross_entropy_of_the_training_characters(tmp_path):
+    (tmp_path / "train.en").write_text("aab\n", encoding="utf-8")  # a 2, b 1, newline 1
+    (tmp_path / "test.en").write_text("ab\nc", encoding="utf-8")  # c unseen: counted once
+    total = 4 + 1
+    bits = -(math.log2(2 / total) + math.log2(1 / total) + math.log2(1 / total))
+    bits -= math.log2(1 / total)
+    assert unigram_bpc(tmp_path, "test") == pytest.approx(bits / 4)
+
+
+def test_bits_per_character_count_each_documents_word_start_piece_and_eos(tmp_path):
+    text = tmp_path / "train.txt"
+    text.write_text("the river\nthe stone bridge\nan old road\n" * 20, encoding="utf-8")
+    valid = tmp_path / "valid.txt"
+    valid.write_text("the road\nan old stone\n", encoding="utf-8")
+    config = PrepareConfig(vocab_size=200, model_type="char")
+    prepare_lm_text(text, tmp_path / "lm", "en", valid=valid, config=config)
+    # "the road": 1 word-start piece + 8 characters + eos = 10 pieces for 8 + 1 characters;
+    # "an old stone": 1 + 12 + 1 = 14 pieces for 13 characters
+    assert pieces_per_character(tmp_path / "lm", "valid") == pytest.approx(24 / 22)
+    assert bits_per_character(math.log(2), tmp_path / "lm", "valid") == pytest.approx(24 / 22)

@@ -1,4 +1,4 @@
-"""Sequence classification: the mean-pooled encoder against its formula written out, the
+"""Sequence classification: the pooled encoder (mean and first) against its formula written out, the
 task's loss against F.cross_entropy on the class rows, its batches against the corpus,
 and a tiny model learning a separable task (through the task's own loss and metric)."""
 
@@ -45,6 +45,19 @@ def test_the_head_reads_the_mean_of_the_real_positions():
         longer = torch.cat([ids, torch.zeros(2, 3, dtype=torch.long)], dim=1)
         torch.testing.assert_close(model(longer), scores)  # more padding changes nothing
     assert scores.shape == (2, 30)
+
+
+def test_first_pooling_reads_position_0_and_unknown_poolings_are_refused():
+    model = build_model(config(30, pooling="first")).eval()
+    ids = torch.tensor([[5, 6, 7, 8], [9, 10, 0, 0]])
+    with torch.no_grad():
+        states = model.encode(ids)
+        torch.testing.assert_close(model(ids), model.project(model.mlm_head(states[:, 0])))
+        mean = build_model(config(30)).eval()
+        mean.load_state_dict(model.state_dict())
+        assert not torch.allclose(mean(ids), model(ids))  # the setting changes the reading
+    with pytest.raises(ValueError, match="pooling must be one of mean, first, got 'cls'"):
+        config(30, pooling="cls")
 
 
 def corpus(tmp_path, n_train=120):

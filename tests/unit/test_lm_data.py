@@ -107,6 +107,23 @@ def test_prepare_lm_cli_text_and_a_bad_language(tmp_path):
     assert not (tmp_path / "fr" / "corpus.json").exists()
 
 
+def test_prepare_lm_cli_char_model_has_one_piece_per_character(tmp_path):
+    runner = CliRunner()
+    train = write_text(tmp_path / "train.txt", 200, 0)
+    args = ["prepare", "lm", "text", str(train), str(tmp_path / "chars"), "--lang", "en"]
+    result = runner.invoke(app, [*args, "--model-type", "char", "--vocab-size", "500"])
+    assert result.exit_code == 0, result.output
+    tokenizer = PreparedCorpus.load(tmp_path / "chars").tokenizer()
+    letters = set(train.read_text(encoding="utf-8").replace("\n", "").replace(" ", ""))
+    # specials (4) + the BERT symbols (3) + the word-start piece + each letter, not 500
+    assert tokenizer.vocab_size == 4 + len(SYMBOLS) + 1 + len(letters)
+    assert tokenizer.pieces("the river") == ["\u2581", *"the", "\u2581", *"river"]
+    args = ["prepare", "lm", "text", str(train), str(tmp_path / "w"), "--model-type", "word"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1
+    assert "model_type must be one of bpe, unigram, char, got 'word'" in result.output
+
+
 def test_prepare_lm_text_names_the_file_and_line_of_bad_utf8(tmp_path):
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"the river\nthe \xff stone\n")

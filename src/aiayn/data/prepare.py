@@ -58,6 +58,7 @@ Pairs = list[tuple[str, str]]
 # times per epoch at 8,000), which matters on a corpus this small.
 BIBLE_VOCAB_SIZE = 8000
 WMT_VOCAB_SIZE = 37000  # section 5.1: a shared source-target vocabulary of about 37,000
+MODEL_TYPES = ("bpe", "unigram", "char")  # sentencepiece's model types a corpus may use
 SHORTLIST_MAX_PAIRS = 300_000  # training pairs counted for the output shortlist
 
 
@@ -67,7 +68,9 @@ class PrepareConfig:
 
     Args:
         vocab_size: pieces in the shared subword vocabulary (specials included).
-        model_type: "bpe" (the paper's byte-pair encoding) or "unigram".
+        model_type: "bpe" (the paper's byte-pair encoding), "unigram", or "char" (one
+            piece per character, for character-level models; `vocab_size` is then
+            an upper bound).
         max_tokens: longest training sentence kept, in subwords, on either side.
         max_ratio: largest ratio of the longer to the shorter side, in subwords,
             for a training pair (pairs whose shorter side has fewer than
@@ -93,9 +96,10 @@ class PrepareConfig:
         if not self.max_ratio >= 1.0:  # nan too; inf keeps every pair
             raise ValueError(f"PrepareConfig.max_ratio must be at least 1, got {self.max_ratio}")
         check_seed(self.seed, "PrepareConfig.seed")
-        if self.model_type not in ("bpe", "unigram"):
+        if self.model_type not in MODEL_TYPES:
             raise ValueError(
-                f"PrepareConfig.model_type must be 'bpe' or 'unigram', got {self.model_type!r}"
+                f"PrepareConfig.model_type must be one of {', '.join(MODEL_TYPES)}, "
+                f"got {self.model_type!r}"
             )
 
 

@@ -193,10 +193,11 @@ def train_tokenizer(
         minloglevel=2,
     )
     write_atomic(model_path, buffer.getvalue())
-    log.info(
+    tokenizer = SentencePieceTokenizer.load(model_path)
+    log.info(  # a char model has as many pieces as the text has characters, up to vocab_size
         "trained a %s subword model of %d pieces on %d sentences",
         model_type,
-        vocab_size,
+        tokenizer.vocab_size,
         len(sample),
     )
-    return SentencePieceTokenizer.load(model_path)
+    return tokenizer

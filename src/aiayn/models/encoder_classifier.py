@@ -1,4 +1,4 @@
-"""An encoder with a mean-pooled classification head: sequence classification (Long Range
+"""An encoder with a pooled classification head: sequence classification (Long Range
 Arena's ListOps and text tasks; `aiayn.data.listops`, `aiayn.data.bible_books`).
 
 Shape legend: B batch, T length, D d_model, V vocabulary.
@@ -7,10 +7,12 @@ Shape legend: B batch, T length, D d_model, V vocabulary.
     scores = model(ids)                   # (B, V)
 
 It is `EncoderOnly` (the paper's encoder under BERT's output head) whose head reads one
-vector per sequence, the mean of the encoder's states at the real (non-pad)
-positions, instead of every position's:
+vector per sequence instead of every position's: by `cfg.pooling`, the mean of the
+encoder's states at the real (non-pad) positions, or the state at position 0 (BERT's
+[CLS] reading, here the text's first token):
 
-    score(x) = LayerNorm(act(mean_t h_t W_t + b_t)) E^T + b        (E tied, as BERT's)
+    score(x) = LayerNorm(act(pool(h) W_t + b_t)) E^T + b        (E tied, as BERT's)
+    pool(h) = mean_t h_t  ("mean")  or  h_0  ("first")
 
 The scores are over the vocabulary; the classes are pieces of it (a classification
 corpus has one piece per class, `aiayn.data.classification.class_piece`), and the
@@ -28,10 +30,10 @@ from aiayn.models.encoder_only import EncoderOnly
 
 @register_shape("encoder_classifier", task="classify")
 class EncoderClassifier(EncoderOnly):
-    """A bidirectional encoder whose output head scores the mean of its states."""
+    """A bidirectional encoder whose output head scores one pooled state per sequence."""
 
     def forward(self, ids: Tensor, token_types: Tensor | None = None) -> Tensor:
-        """Scores of every piece for each sequence, from its mean-pooled states.
+        """Scores of every piece for each sequence, from its pooled states.
 
         Args:
             ids: (B, T) token ids, padded with `cfg.pad_id` (masked out as keys and left
@@ -45,6 +47,8 @@ class EncoderClassifier(EncoderOnly):
             ValueError: as `EncoderOnly.forward`.
         """
         states = self.encode(ids, token_types)  # (B, T, D)
+        if self.cfg.pooling == "first":
+            return self.project(self.mlm_head(states[:, 0]))  # (B, V)
         real = (ids != self.cfg.pad_id).unsqueeze(-1).to(states.dtype)  # (B, T, 1)
         pooled = (states * real).sum(dim=1) / real.sum(dim=1).clamp(min=1.0)  # (B, D)
         return self.project(self.mlm_head(pooled))  # (B, V)
