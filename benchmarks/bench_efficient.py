@@ -418,6 +418,7 @@ def main() -> None:
 
         manifest_file = {"listops": listops.MANIFEST, "bible-genre": bible_books.MANIFEST}
         manifest = json.loads((args.data / manifest_file[args.task]).read_text("utf-8"))
+    runs.sort(key=lambda r: (KERNELS.index(r["kernel"]), r["seed"]))
     summary = summarise(runs)
     payload = {
         "task": args.task,
@@ -430,7 +431,7 @@ def main() -> None:
         "shared_device": f"{args.parallel} runs at a time on one {args.device}",
         "wall_seconds": wall,
         "kernels": summary,
-        "runs": sorted(runs, key=lambda r: (KERNELS.index(r["kernel"]), r["seed"])),
+        "runs": runs,
     }
     if args.task == "listops":
         payload["lra_listops"] = {

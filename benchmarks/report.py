@@ -1644,7 +1644,7 @@ def efficient_task(name: str) -> str:
         "score {test:.2f} bits per character on test and {valid:.2f} on validation.",
     }
     said_baselines = " ".join(named[key].format(**value) for key, value in baselines.items())
-    seeds = ", ".join(map(str, next(iter(data["kernels"].values()))["seeds"]))
+    seeds = ", ".join(map(str, sorted(next(iter(data["kernels"].values()))["seeds"])))
     device = data.get("gpu", data["args"].get("device", ""))
     task = data.get("task", "listops")
     if task == "listops":
