@@ -19,8 +19,9 @@ Per run: the test score and the best validation score, updates, wall seconds, in
 tokens per second (for classification: texts per second x the training texts' mean
 length in tokens) and peak memory (CUDA's allocator, or the process's resident
 high-water mark on the CPU). Per kernel: the mean and sample standard deviation over
-seeds. Beside them, baselines that read no context: the most common class (and for
-ListOps, the class most common after the root operator, the first token), or a
+seeds. Beside them, baselines: the most common class (and for ListOps, the class most
+common after the root operator, the first token; for the genres, a naive Bayes
+classifier of character 4-grams, which reads the whole text without attention), or a
 unigram model of the characters; and LRA's published ListOps accuracy (Tay et al.
 2021, Table 1). Written to results/efficient-TASK.json (`--results`); every run's log
 stays in --workdir. A data set missing from --data is written first.
@@ -314,6 +315,33 @@ def first_token_share(data: Path, split: str) -> float:
     return 100 * sum(guess.get(first) == label for first, label in pairs) / len(pairs)
 
 
+def naive_bayes_share(data: Path, split: str, n: int = 4) -> float:
+    """The accuracy on `split` of a naive Bayes classifier over character n-grams, fit on
+    the training split with add-one smoothing: a model that reads the whole text, with
+    no attention and no training steps."""
+    grams: dict[str, Counter] = {}
+    train = (data / "train.text").read_text(encoding="utf-8").splitlines()
+    for text, label in zip(train, labels(data, "train"), strict=True):
+        grams.setdefault(label, Counter()).update(text[i : i + n] for i in range(len(text) - n + 1))
+    prior = Counter(labels(data, "train"))
+    vocabulary = len(set().union(*grams.values()))
+    totals = {label: sum(counts.values()) + vocabulary for label, counts in grams.items()}
+
+    def guess(text: str) -> str:
+        seen = Counter(text[i : i + n] for i in range(len(text) - n + 1))
+        return max(
+            grams,
+            key=lambda c: (
+                math.log(prior[c])
+                + sum(k * math.log((grams[c][g] + 1) / totals[c]) for g, k in seen.items())
+            ),
+        )
+
+    texts = (data / f"{split}.text").read_text(encoding="utf-8").splitlines()
+    pairs = list(zip(texts, labels(data, split), strict=True))
+    return 100 * sum(guess(text) == label for text, label in pairs) / len(pairs)
+
+
 def unigram_bpc(data: Path, split: str) -> float:
     """Bits per character on `split` of the training text's character frequencies (a
     line break ends each document; a character the training text lacks counts once):
@@ -333,6 +361,8 @@ def baselines(task: str, data: Path) -> dict[str, dict[str, float]]:
     out = {"majority_accuracy": {s: majority_share(data, s) for s in splits}}
     if task == "listops":
         out["first_token_accuracy"] = {s: first_token_share(data, s) for s in splits}
+    else:
+        out["naive_bayes_accuracy"] = {s: naive_bayes_share(data, s) for s in splits}
     return out
 
 

@@ -1640,6 +1640,9 @@ def efficient_task(name: str) -> str:
         "first_token_accuracy": "Answering the class most common in training after the "
         "first token (the root operator) scores {test:.1f}% on test and {valid:.1f}% on "
         "validation.",
+        "naive_bayes_accuracy": "A naive Bayes classifier of character 4-grams, which "
+        "reads the whole text without attention or training steps, scores {test:.1f}% on "
+        "test and {valid:.1f}% on validation.",
         "unigram_bpc": "The training text's character frequencies, reading no context, "
         "score {test:.2f} bits per character on test and {valid:.2f} on validation.",
     }
@@ -1657,12 +1660,12 @@ def efficient_task(name: str) -> str:
     elif task == "bible-genre":
         sizes = data["data"]["sizes"]
         about = (
-            f"The Bible's {len(data['data']['classes'])} genres: {sizes['train']:,} / "
+            f"the Bible's {len(data['data']['classes'])} genres: {sizes['train']:,} / "
             f"{sizes['valid']:,} / {sizes['test']:,} train / valid / test passages, held "
             f"out by chapter, mean {data['mean_train_tokens']:,.0f} characters."
         )
     else:
-        about = "The English Bible (WEB), one piece per character, blocks of 2,048."
+        about = "the English Bible (WEB), one piece per character, blocks of 2,048."
     said = (
         f"{len(data['runs'])} runs, seeds {seeds} per kernel, "
         f"{data['args']['parallel']} at a time on one {device}; {about} {said_baselines}"

@@ -17,6 +17,7 @@ from benchmarks.bench_efficient import (
     bits_per_character,
     first_token_share,
     majority_share,
+    naive_bayes_share,
     pieces_per_character,
     summarise,
     unigram_bpc,
@@ -90,3 +91,17 @@ def test_bits_per_character_count_each_documents_word_start_piece_and_eos(tmp_pa
     # "an old stone": 1 + 12 + 1 = 14 pieces for 13 characters
     assert pieces_per_character(tmp_path / "lm", "valid") == pytest.approx(24 / 22)
     assert bits_per_character(math.log(2), tmp_path / "lm", "valid") == pytest.approx(24 / 22)
+
+
+def test_naive_bayes_counts_character_ngrams_with_add_one_smoothing(tmp_path):
+    write_split(tmp_path, "train", [("abab", "x"), ("cdcd", "y"), ("abcd", "y")])
+    # bigrams: x {ab 2, ba 1}; y {cd 3, dc 1, ab 1, bc 1}; 5 distinct, so x's
+    # denominator is 3 + 5, y's 6 + 5; priors 1/3, 2/3
+    write_split(tmp_path, "test", [("aba", "x"), ("ab", "y")])
+    # "aba": x: log 1/3 + log 3/8 + log 2/8 = -3.47; y: log 2/3 + log 2/11 + log 1/11 = -4.51
+    # "ab":  x: log 1/3 + log 3/8 = -2.08;         y: log 2/3 + log 2/11 = -2.11: x, wrong
+    assert naive_bayes_share(tmp_path, "test", n=2) == pytest.approx(50.0)
+    write_split(
+        tmp_path, "test", [("dc", "y")]
+    )  # y: log 2/3 + log 2/11 beats x's log 1/3 + log 1/8
+    assert naive_bayes_share(tmp_path, "test", n=2) == pytest.approx(100.0)
