@@ -1650,22 +1650,19 @@ def efficient_task(name: str) -> str:
     seeds = ", ".join(map(str, sorted(next(iter(data["kernels"].values()))["seeds"])))
     device = data.get("gpu", data["args"].get("device", ""))
     task = data.get("task", "listops")
-    if task == "listops":
-        sizes = data["data"]["sizes"]
-        about = (
-            f"ListOps at scale {data['data']['settings']['scale']:g}: {sizes['train']:,} / "
-            f"{sizes['valid']:,} / {sizes['test']:,} train / valid / test expressions, mean "
-            f"{data['mean_train_tokens']:,.0f} tokens."
-        )
-    elif task == "bible-genre":
-        sizes = data["data"]["sizes"]
-        about = (
-            f"the Bible's {len(data['data']['classes'])} genres: {sizes['train']:,} / "
-            f"{sizes['valid']:,} / {sizes['test']:,} train / valid / test passages, held "
-            f"out by chapter, mean {data['mean_train_tokens']:,.0f} characters."
-        )
-    else:
+    if task == "charlm":
         about = "the English Bible (WEB), one piece per character, blocks of 2,048."
+    else:
+        sizes = data["data"]["sizes"]
+        what, unit = (
+            (f"ListOps at scale {data['data']['settings']['scale']:g}", "expressions")
+            if task == "listops"
+            else (f"the Bible's {len(data['data']['classes'])} genres", "passages, by chapter")
+        )
+        about = (
+            f"{what}: {sizes['train']:,} / {sizes['valid']:,} / {sizes['test']:,} train / "
+            f"valid / test {unit}, mean {data['mean_train_tokens']:,.0f} tokens."
+        )
     said = (
         f"{len(data['runs'])} runs, seeds {seeds} per kernel, "
         f"{data['args']['parallel']} at a time on one {device}; {about} {said_baselines}"
