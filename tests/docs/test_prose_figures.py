@@ -81,7 +81,6 @@ ALLOWED: dict[str, str] = {
     "이슈의 목표가 허용하는 것(최대 10%)": "issue 17's quality goal (known-limits.ko.md)",
     "at 1.2x CTranslate2 int8 or more": "issue 17's speed goal",
     "(the goal: >= 1.5x transformers fp32": "the generation issue's goal",
-    "Generation misses its 1.5x": "the generation issue's goal",
     "The goal is ≥ 5× the": "the serving issue's goal",
     "with p99 under 1 s": "the serving issue's goal",
     "not the 5x aimed at": "the serving issue's goal",
