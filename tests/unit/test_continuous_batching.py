@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from aiayn import freeze
 from aiayn.apps.translate import Translator
 from aiayn.cli import app
-from aiayn.inference.engine import Engine
+from aiayn.inference.engine import Engine, _beam_slots
 from aiayn.inference.search import DecodeConfig, search
 from infer_helpers import make_run, sentences
 
@@ -98,6 +98,48 @@ def test_prompts_of_different_lengths_continue_as_alone(architecture, beam):
     assert [results[i] for i in range(len(rows))] == expected
 
 
+def test_beam_reorder_moves_each_row_to_its_parents_keys_with_fewest_copies():
+    generator = torch.Generator().manual_seed(4)
+    k = 6
+    parent = torch.randint(0, k, (50, k), generator=generator)  # 50 groups' new rows
+    parent[0] = torch.tensor([0, 0, 1, 2, 3, 4])  # a child inserted at rank 1: a shift
+    slots = torch.stack([torch.randperm(k, generator=generator) + 10 * k * g for g in range(50)])
+    new, copied, parent_slots = _beam_slots(slots, parent)
+    for g in range(50):
+        own = slots[g].tolist()
+        assert sorted(new[g].tolist()) == sorted(own)  # the group's own slots, each once
+        # a store whose slot s holds its row: copy as the engine does, then read each row's
+        store = {s: row for row, s in enumerate(own)}
+        moves = [(t, store[f]) for t, f, c in zip(new[g].tolist(), parent_slots[g].tolist(),
+                                                  copied[g].tolist(), strict=True) if c]  # fmt: skip
+        for target, held in moves:
+            store[target] = held
+        assert [store[s] for s in new[g].tolist()] == parent[g].tolist()
+        # only rows past a parent's first child copy: K - distinct parents
+        assert int(copied[g].sum()) == k - len(set(parent[g].tolist()))
+        assert not set(new[g][copied[g]].tolist()) & set(parent_slots[g][copied[g]].tolist())
+    assert copied[0].tolist() == [False, True, False, False, False, False]  # not 5 moves
+
+
+def test_a_free_group_stands_at_position_0_so_the_step_attends_the_live_ones():
+    model = small("encoder_decoder", std=0.5, tie_output=False)
+    rows = _rows(sources(2, seed=5))
+    engine = Engine(model, DecodeConfig(**SETTINGS["greedy"]), sentences=2)
+    first = engine.submit(rows[0])
+    engine.submit(rows[1])
+    for _ in range(4):
+        engine.advance()
+    seen = []
+    log_probs = engine.step.log_probs
+    engine.step.log_probs = lambda tokens, positions: (seen.append(positions.clone()),
+                                                       log_probs(tokens, positions))[1]  # fmt: skip
+    assert engine.free_groups == 0  # both still decoding
+    engine.cancel(first)  # group 0 leaves at step 5; group 1 goes on
+    engine.advance()
+    assert seen[0].tolist() == [0, 4]
+    assert engine.step.source_ends.tolist() == [0, len(rows[1])]  # its source let go too
+
+
 def test_sampling_runs_through_the_table_reproducibly():
     model = small("encoder_decoder", std=0.5)
     config = DecodeConfig(sampling=True, top_k=8, seed=2, extra_len=6)
@@ -153,6 +195,28 @@ def test_cli_translate_streams_a_file_through_the_slots_as_batches_translate_it(
     assert out.read_text(encoding="utf-8").split("\n")[:-1] == expected
     assert len(set(expected)) >= 5
     assert "11/11" in result.stderr  # the progress bar counts streamed sentences
+
+
+def test_stream_ids_feeds_the_engine_longest_first(run, monkeypatch):
+    import aiayn.apps.translate as translate
+
+    submitted = []
+
+    class Recording(Engine):
+        def submit(self, ids):
+            submitted.append(len(ids))
+            return super().submit(ids)
+
+    monkeypatch.setattr(translate, "Engine", Recording)
+    translator = Translator.load(run)
+    lines = sentences(7, seed=4)
+    rows = translator.encode(lines)
+    config = translator.decode_config(beam=2, extra_len=4)
+    streamed = translator.stream_ids(rows, config, sentences=2)
+    assert submitted == sorted((len(r) for r in rows), reverse=True)
+    assert len(set(submitted)) >= 3
+    batched = translator.translate_ids(rows, config)
+    assert [[h.text for h in s] for s in streamed] == [[h.text for h in s] for s in batched]
 
 
 def test_cli_translate_continuous_takes_no_negative_count(run):

@@ -213,3 +213,22 @@ def test_an_eager_step_over_the_first_slots_or_written_positions_equals_the_full
         torch.testing.assert_close(got, expected[:3], atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="takes all 5 slots"):
         full.logits(tokens[:3], positions[:3])  # fixed shapes: all slots or none
+
+
+def test_an_eager_step_attends_no_further_than_the_sources_of_the_slots_it_runs():
+    model = small("encoder_decoder")
+    src = sources(3)  # 5, 8 and 11 tokens
+    full, trimmed = (StaticStep(model, slots=4, max_target=8) for _ in range(2))
+    full.trim = False
+    for step in (full, trimmed):
+        step.load_source(torch.tensor([0, 1, 2]), src)
+    assert trimmed.source_ends.tolist() == [5, 8, 11, 0]
+    tokens, positions = torch.randint(3, VOCAB, (4,)), torch.zeros(4, dtype=torch.long)
+    expected = full.logits(tokens, positions)
+    trimmed.release(torch.tensor([2]))  # the longest source leaves
+    assert trimmed.source_ends.tolist() == [5, 8, 0, 0]
+    for values in trimmed.cross_values:  # what lies past the 8th source position: unread
+        values[:, :, 8:] = float("nan")
+    got = trimmed.logits(tokens[:3], positions[:3])
+    assert bool(got.isfinite().all())  # the released slot attends junk, never NaN
+    torch.testing.assert_close(got[:2], expected[:2], atol=1e-5, rtol=1e-5)

@@ -141,6 +141,9 @@ class Engine:
         )
         self.first_logits = torch.zeros(0)  # a decoder-only prompt's, for its first step
         self.slot_tokens = torch.full((g * k,), self.cfg.pad_id, dtype=torch.long, device=device)
+        # the slot each group's row (hypothesis) lives in: one of the group's own k, moved
+        # by beam search's reorder (`_beam_slots`)
+        self.row_slot = torch.arange(g * k, device=device).view(g, k)
 
     # ----- the queue --------------------------------------------------------------
 
@@ -201,6 +204,7 @@ class Engine:
             group = self.request.index(request)
             self.live[group] = False
             self.request[group] = -1
+            self._release(torch.tensor([group], device=self.live.device))
             return True
         return False
 
@@ -243,12 +247,15 @@ class Engine:
         live = self.live.nonzero().squeeze(1)  # (n,)
         t = self.t[live]  # (n,) each group's step
         last = self.tokens[live, :, :].gather(2, (t - 1)[:, None, None].expand(-1, k, 1))
-        slots = (live[:, None] * k + torch.arange(k, device=live.device)).view(-1)  # (n K,)
+        slots = self.row_slot[live].view(-1)  # (n K,) the rows' slots, in row order
         self.slot_tokens[slots] = last.view(-1)
         # a prompt's step 1 feeds nothing: its slots write junk at position T, which
         # step 2 overwrites (not at T - 1, the prompt's own)
         step = self.t if self.step.cross else self.t.clamp(min=2)
         positions = (self.offset + step - 1).clamp(0, self.step.max_target - 1)  # (G,)
+        # a free group stands at 0, so that an eager step attends no further than the
+        # live groups' positions (its junk there is overwritten before it is read)
+        positions = positions.masked_fill(~self.live, 0)
         # an eager step runs the slots up to the last live group's (groups are taken
         # lowest first, so a light load stays in the first rows); a compiled one, all
         rows = (int(live[-1]) + 1) * k if self.step.trim else self.step.slots
@@ -262,7 +269,10 @@ class Engine:
                 from_prompt = self.first_logits.index_select(0, slots)[first]
                 log_probs[first] = normalised(self.cfg, from_prompt).to(log_probs.dtype)
         at_limit = (self.max_out[live] == t).repeat_interleave(k)
-        log_probs = apply_rules(self.cfg, log_probs, self.rules, at_limit)
+        # only eos may follow where some row is at its limit (no (n K, V) mask otherwise)
+        log_probs = apply_rules(
+            self.cfg, log_probs, self.rules, at_limit if bool(at_limit.any()) else None
+        )
         if k == 1 or self.config.sampling:
             done = self._one_path(live, t, log_probs)
         else:
@@ -281,7 +291,8 @@ class Engine:
             return
         k, device, cfg = self.k, self.step.device, self.cfg
         groups = torch.tensor([group for group, _, _ in taken], device=device)
-        slots = (groups[:, None] * k + torch.arange(k, device=device)).view(-1)
+        self.row_slot[groups] = groups[:, None] * k + torch.arange(k, device=device)
+        slots = self.row_slot[groups].view(-1)
         if self.step.cross:
             width = max(ids.numel() for _, _, ids in taken)
             src = torch.full((len(taken), width), cfg.pad_id, dtype=torch.long, device=device)
@@ -333,6 +344,7 @@ class Engine:
             done.append(Done(self.request[group], [Hypothesis(tokens, log_prob, log_prob)]))
             self.request[group] = -1
         self.live[live[ended]] = False
+        self._release(live[ended])
         return done
 
     def _beam(self, live: Tensor, t: Tensor, log_probs: Tensor) -> list[Done]:
@@ -373,14 +385,16 @@ class Engine:
 
         self.scores[live], self.tokens[live] = scores, tokens
         _put(self.finished, live, finished)
-        # beam search's reorder, within each group's slots, for the groups going on
+        # beam search's reorder, within each group's slots, for the groups going on:
+        # each parent's first child stays in its slot, the others take childless
+        # parents' slots and copy their parent's keys and values
         going = ~done
-        base = live[:, None] * k + torch.arange(k, device=live.device)  # (n, K) slots
-        sources = live[:, None] * k + live_parent
-        moved = (base != sources) & going[:, None]
+        slots, copied, parent_slots = _beam_slots(self.row_slot[live], live_parent)
+        self.row_slot[live] = slots
+        moved = copied & going[:, None]
         if bool(moved.any()):
-            length = int((self.offset[live] + t).max())
-            self.step.copy_slots(base[moved], sources[moved], length)
+            length = int((self.offset[live] + t)[moved.any(dim=1)].max())
+            self.step.copy_slots(slots[moved], parent_slots[moved], length)
         if not bool(done.any()):
             return []
         results = finished.select(done).nbest_lists(config.nbest, cfg.eos_id, cfg.pad_id)
@@ -389,7 +403,13 @@ class Engine:
             out.append(Done(self.request[group], hypotheses))
             self.request[group] = -1
         self.live[live[done]] = False
+        self._release(live[done])
         return out
+
+    def _release(self, groups: Tensor) -> None:
+        """The step's slots of `groups` (left by their sentences) are empty again."""
+        if self.step.cross:
+            self.step.release(self.row_slot[groups].view(-1))
 
     def _max_out(self, input_lengths: Tensor) -> Tensor:
         """(B,) longest outputs, as the search allows them (`max_output_lengths`)."""
@@ -401,6 +421,38 @@ class Engine:
         """(n,) length penalties in the scores' dtype, as the search divides by them."""
         penalty = length_penalty(length.double(), self.config.alpha, self.config.length_penalty)
         return penalty.to(self.score_dtype)
+
+
+def _beam_slots(slots: Tensor, parent: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Beam search's reorder as slot moves, with as few copies as the parents allow.
+
+    Row j of a group (its j-th hypothesis) continues row `parent[j]`, which lives in
+    slot `slots[parent[j]]`. A parent's first child takes over its slot as it is;
+    each further child takes the slot of a parent that has no child (there are as many
+    of those as further children) and needs its parent's keys and values copied in.
+    The slots copied into are childless parents' and the slots copied from are parents
+    with a child: no slot is both.
+
+    Args:
+        slots: (n, K) the slot of each group's row.
+        parent: (n, K) each new row's parent row, in [0, K).
+
+    Returns:
+        (n, K) each new row's slot, (n, K) bool where it must be copied into, and
+        (n, K) the slot of its parent (where it is copied from).
+    """
+    k = parent.size(1)
+    parent_slots = slots.gather(1, parent)
+    earlier = torch.ones(k, k, dtype=torch.bool, device=parent.device).tril(-1)  # j' < j
+    # (n, K): another row before j continues the same parent
+    copied = ((parent[:, :, None] == parent[:, None, :]) & earlier).any(dim=2)
+    has_child = torch.zeros_like(copied).scatter_(1, parent, True)
+    # the r-th further child takes the r-th childless parent's slot (stable sorts put
+    # them first, in order)
+    children = torch.sort(copied.to(torch.uint8), dim=1, descending=True, stable=True)[1]
+    childless = torch.sort(has_child.to(torch.uint8), dim=1, stable=True)[1]
+    taken = torch.empty_like(slots).scatter_(1, children, slots.gather(1, childless))
+    return torch.where(copied, taken, parent_slots), copied, parent_slots
 
 
 def _put(into: Finished, rows: Tensor, other: Finished) -> None:

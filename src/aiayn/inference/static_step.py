@@ -163,10 +163,12 @@ class StaticStep:
         }
         self.compile_seconds: float | None = None
         # Eager steps attend only the positions written so far (the stores' prefix up to
-        # the furthest slot, and the longest source loaded): views, the same values. A
-        # compiled step keeps the fixed shapes it was compiled for.
+        # the furthest slot, and the furthest source of the slots run): views, the same
+        # values. A compiled step keeps the fixed shapes it was compiled for.
         self.trim = True
-        self._source_end = 0  # the longest source loaded so far
+        # (N,) how far each slot's source reaches (0: none): an eager step attends the
+        # furthest of the slots it runs, not the longest source ever loaded
+        self.source_ends = torch.zeros(slots, dtype=torch.long, device=self.device)
         self._plain: dict[int, Tensor] = {}  # packed product -> plain weight (`compile`)
         self._written: list[Tensor] | None = None  # each layer's new keys, values (exported)
 
@@ -202,10 +204,25 @@ class StaticStep:
             self.cross_values[i][slots] = 0
             self.cross_keys[i][slots, :, :length] = keys.index_select(0, rows).to(self.dtype)
             self.cross_values[i][slots, :, :length] = values.index_select(0, rows).to(self.dtype)
+        real = encoded.real_tokens.index_select(0, rows)  # (B x beam, S')
         self.source_mask[slots] = False
-        self.source_mask[slots, :length] = encoded.real_tokens.index_select(0, rows)
-        self._source_end = max(self._source_end, length)
+        self.source_mask[slots, :length] = real
+        # one past each slot's last real token (padding may only follow it)
+        reach = torch.arange(1, length + 1, device=real.device)
+        self.source_ends[slots] = (real * reach).amax(dim=1)
         return encoded.real_tokens.sum(dim=1)
+
+    @torch.no_grad()
+    def release(self, slots: Tensor) -> None:
+        """Mark `slots` empty (their sentence left): an eager step no longer attends their
+        source, and they attend junk until `load_source` or `load_prompt` fills them
+        again (their own outputs are junk, never NaN).
+
+        Args:
+            slots: (M,) slot indices.
+        """
+        self.source_mask[slots] = False
+        self.source_ends[slots] = 0
 
     @torch.no_grad()
     def load_prompt(self, slots: Tensor, prompt: Tensor, beam: int = 1) -> Tensor:
@@ -255,7 +272,8 @@ class StaticStep:
         """
         end = self.max_target if length is None else min(length, self.max_target)
         for store in (*self.self_keys, *self.self_values):
-            store[targets, :, :end] = store[sources, :, :end]
+            written = store.narrow(2, 0, end)  # (N, Hkv, end, Dk): a view
+            written.index_copy_(0, targets, written.index_select(0, sources))
 
     # ----- the step ----------------------------------------------------------------
 
@@ -429,7 +447,7 @@ class StaticStep:
             x = embedding.norm(x)
         # L positions attended: all the stores hold, or (eager) up to the furthest slot
         end = int(positions.max()) + 1 if self.trim else self.max_target
-        source_end = max(self._source_end, 1) if self.trim else self.max_source
+        source_end = max(int(self.source_ends[:rows].max()), 1) if self.trim else self.max_source
         written = torch.arange(end, device=tokens.device) <= positions[:, None]
         self_mask = written[:, None, None, :]  # (N, 1, 1, L)
         bias = None
@@ -498,7 +516,7 @@ class StaticStep:
         end: int,
     ) -> Tensor:
         """(N, 1, D) -> (N, 1, D): attend the stored source of each slot (its first `end`
-        positions: where any source was written)."""
+        positions: as far as the furthest source of the slots run reaches)."""
         q = split_heads(self._product(attention.q_proj, h), attention.n_heads)  # (N, H, 1, Dk)
         rows = h.size(0)
         keys = self.cross_keys[layer][:rows, :, :end]
