@@ -232,3 +232,27 @@ def test_an_eager_step_attends_no_further_than_the_sources_of_the_slots_it_runs(
     got = trimmed.logits(tokens[:3], positions[:3])
     assert bool(got.isfinite().all())  # the released slot attends junk, never NaN
     torch.testing.assert_close(got[:2], expected[:2], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("scheme", ["rotary", "alibi"])
+def test_slots_grouped_by_source_step_as_slots_each_with_their_own(scheme):
+    model = small("encoder_decoder", positional=scheme, n_kv_heads=2)
+    src = sources(2)
+    alone = StaticStep(model, slots=6, max_target=10)
+    grouped = StaticStep(model, slots=6, max_target=10, group=3)
+    for step in (alone, grouped):
+        step.load_source(torch.tensor([3, 4, 5, 0, 1, 2]), src, beam=3)
+    assert grouped.cross_keys[0].size(0) == 2  # a source stored once per group
+    for t in range(5):  # every slot its own hypothesis and position
+        tokens = torch.randint(3, VOCAB, (6,))
+        positions = torch.tensor([t, t, max(t - 1, 0), t, 0, t])
+        torch.testing.assert_close(
+            grouped.logits(tokens, positions), alone.logits(tokens, positions),
+            atol=1e-5, rtol=1e-5,
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="one group of 3 consecutive slots"):
+        grouped.load_source(torch.tensor([0, 1, 3]), src[:1], beam=3)
+    with pytest.raises(ValueError, match="give 3 slots per sentence, not 1"):
+        grouped.load_source(torch.tensor([0]), src[:1])
+    with pytest.raises(ValueError, match="group must be >= 1 and divide slots=6"):
+        StaticStep(model, slots=6, group=4)

@@ -103,7 +103,8 @@ class Engine:
         self.config = config
         self.k = 1 if config.sampling else config.beam
         self.groups = sentences
-        self.step = StaticStep(model, sentences * self.k, max_target, max_source)
+        # a group's k slots share its sentence's source (stored once, attended together)
+        self.step = StaticStep(model, sentences * self.k, max_target, max_source, group=self.k)
         if compile:  # AOTInductor: no guards checked per call (bench_static_step.py)
             self.step.compile(log_probs=True, ahead_of_time=True)
         self.rules = config.rules

@@ -48,8 +48,9 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -76,6 +77,24 @@ log = logging.getLogger(__name__)
 
 _DENSE_KERNELS = (SdpaKernel, ExplicitKernel)
 
+SPAN_ROWS = 32
+"""Slots an eager step attends at once: each span of this many consecutive slots attends
+its own furthest position and source, not the table's (slots decoded at once stand at
+different positions; `aiayn.inference.engine` admits sentences in arrival order, so
+neighbouring slots tend to stand close)."""
+
+
+class _Span(NamedTuple):
+    """Consecutive slots attended at once, and what they attend (see `SPAN_ROWS`)."""
+
+    rows: slice
+    groups: slice  # the slot groups the rows make (their sources: `StaticStep.group`)
+    end: int  # target positions attended: the span's furthest, plus one
+    self_mask: Tensor  # (n, 1, 1, end) True where written
+    bias: Tensor | None  # (n, H, 1, end) the position scheme's score bias
+    source_end: int  # source positions attended
+    cross_mask: Tensor  # (n / group, 1, 1, source_end) True at real source tokens
+
 
 class StaticStep:
     """The decoder of `model` as one step of fixed shapes over `slots` rows (see the module).
@@ -88,6 +107,11 @@ class StaticStep:
             `cfg.max_len`).
         max_source: S, source positions each slot's cross-attention holds (an
             encoder-decoder's; default and most: `cfg.max_len`).
+        group: slots that share a source, in groups of `group` consecutive slots (beam
+            search's hypotheses of one sentence): its cross-attention keys and values
+            are stored once per group, and the group's queries attend them together
+            (as `aiayn.inference.frozen.FrozenCrossAttention` shares them); 1: every
+            slot its own. A group's sentence is loaded into the whole group.
 
     Raises:
         ValueError: another model shape, a kernel or position scheme the step does not
@@ -100,6 +124,7 @@ class StaticStep:
         slots: int,
         max_target: int | None = None,
         max_source: int | None = None,
+        group: int = 1,
     ) -> None:
         if not isinstance(model, Transformer | DecoderOnly):
             raise ValueError(
@@ -114,7 +139,10 @@ class StaticStep:
         self.max_source = _checked_size(max_source, cfg.max_len, "max_source") if self.cross else 0
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots}")
-        self.slots = slots
+        if group < 1 or slots % group:
+            raise ValueError(f"group must be >= 1 and divide slots={slots}, got {group}")
+        self.slots, self.group = slots, group
+        sources = slots // group  # what the cross-attention stores hold: one per group
         decoder = model.decoder
         embedding = decoder.embedding
         if embedding.token_types is not None:
@@ -151,11 +179,13 @@ class StaticStep:
             self.self_values.append(self._zeros(*shape, size_v))
             if self.cross:
                 heads, size_k, size_v = _kv_sizes(layer.cross_attn)
-                shape = (slots, heads, self.max_source)
+                shape = (sources, heads, self.max_source)
                 self.cross_keys.append(self._zeros(*shape, size_k))
                 self.cross_values.append(self._zeros(*shape, size_v))
-        # (N, S) True at real source tokens; all False in an empty slot
-        self.source_mask = torch.zeros(slots, self.max_source, dtype=torch.bool, device=self.device)
+        # (N / group, S) True at real source tokens; all False in an empty group
+        self.source_mask = torch.zeros(
+            sources, self.max_source, dtype=torch.bool, device=self.device
+        )
         # the step by what it returns (log-probabilities or not): eager until `compile`
         self._steps: dict[bool, Callable[[Tensor, Tensor], Tensor]] = {
             False: self._logits,
@@ -166,9 +196,9 @@ class StaticStep:
         # the furthest slot, and the furthest source of the slots run): views, the same
         # values. A compiled step keeps the fixed shapes it was compiled for.
         self.trim = True
-        # (N,) how far each slot's source reaches (0: none): an eager step attends the
-        # furthest of the slots it runs, not the longest source ever loaded
-        self.source_ends = torch.zeros(slots, dtype=torch.long, device=self.device)
+        # (N / group,) how far each group's source reaches (0: none): an eager step
+        # attends the furthest of the slots it runs, not the longest source ever loaded
+        self.source_ends = torch.zeros(sources, dtype=torch.long, device=self.device)
         self._plain: dict[int, Tensor] = {}  # packed product -> plain weight (`compile`)
         self._written: list[Tensor] | None = None  # each layer's new keys, values (exported)
 
@@ -184,32 +214,51 @@ class StaticStep:
         Args:
             slots: (B x beam,) the slots to fill, each sentence's `beam` consecutive.
             src: (B, S') source ids, padded with `cfg.pad_id`, S' <= `max_source`.
-            beam: slots per sentence (its hypotheses share its source).
+            beam: slots per sentence (its hypotheses share its source); with `group` > 1,
+                `group` itself, each sentence's slots one whole group.
 
         Returns:
             (B,) the sources' real tokens (eos included).
 
         Raises:
-            ValueError: a decoder-only model, or a source longer than `max_source`.
+            ValueError: a decoder-only model, a source longer than `max_source`, or
+                slots that are not whole groups.
         """
         if not self.cross:
             raise ValueError("a decoder-only model has no source: load_prompt fills its slots")
         check_ids(src, "source", self.max_source)
+        batch = src.size(0)
+        if self.group == 1:  # every slot its own copy
+            targets = slots
+            rows = torch.arange(batch, device=src.device).repeat_interleave(beam)
+        else:
+            owners = slots.view(-1) // self.group
+            if beam != self.group or owners.numel() != batch * beam:
+                raise ValueError(
+                    f"the step's slots share sources in groups of {self.group}: give "
+                    f"{self.group} slots per sentence, not {beam}"
+                )
+            targets = owners.view(batch, beam)[:, 0]
+            if not bool((owners.view(batch, beam) == targets[:, None]).all()):
+                raise ValueError(
+                    f"each sentence's {beam} slots must make one group of {self.group} "
+                    f"consecutive slots, got {slots.tolist()}"
+                )
+            rows = torch.arange(batch, device=src.device)
         encoded = self.model.encode(src)
-        rows = torch.arange(src.size(0), device=src.device).repeat_interleave(beam)
         length = src.size(1)
         for i, layer in enumerate(self.model.decoder.layers):
             keys, values = _cross_keys_values(layer.cross_attn, encoded.hidden)  # (B, Hkv, S', D)
-            self.cross_keys[i][slots] = 0
-            self.cross_values[i][slots] = 0
-            self.cross_keys[i][slots, :, :length] = keys.index_select(0, rows).to(self.dtype)
-            self.cross_values[i][slots, :, :length] = values.index_select(0, rows).to(self.dtype)
-        real = encoded.real_tokens.index_select(0, rows)  # (B x beam, S')
-        self.source_mask[slots] = False
-        self.source_mask[slots, :length] = real
-        # one past each slot's last real token (padding may only follow it)
+            self.cross_keys[i][targets] = 0
+            self.cross_values[i][targets] = 0
+            self.cross_keys[i][targets, :, :length] = keys.index_select(0, rows).to(self.dtype)
+            self.cross_values[i][targets, :, :length] = values.index_select(0, rows).to(self.dtype)
+        real = encoded.real_tokens.index_select(0, rows)  # (targets, S')
+        self.source_mask[targets] = False
+        self.source_mask[targets, :length] = real
+        # one past each source's last real token (padding may only follow it)
         reach = torch.arange(1, length + 1, device=real.device)
-        self.source_ends[slots] = (real * reach).amax(dim=1)
+        self.source_ends[targets] = (real * reach).amax(dim=1)
         return encoded.real_tokens.sum(dim=1)
 
     @torch.no_grad()
@@ -219,10 +268,11 @@ class StaticStep:
         again (their own outputs are junk, never NaN).
 
         Args:
-            slots: (M,) slot indices.
+            slots: (M,) slot indices (with `group` > 1: whole groups).
         """
-        self.source_mask[slots] = False
-        self.source_ends[slots] = 0
+        groups = slots // self.group
+        self.source_mask[groups] = False
+        self.source_ends[groups] = 0
 
     @torch.no_grad()
     def load_prompt(self, slots: Tensor, prompt: Tensor, beam: int = 1) -> Tensor:
@@ -282,7 +332,8 @@ class StaticStep:
 
         Args:
             tokens: (N,) int64, the newest token of each slot; an eager step (not
-                compiled) also takes the first M < N slots alone, (M,).
+                compiled) also takes the first M < N slots alone, (M,), M a multiple
+                of `group`.
             positions: (N,) int64, its position (0 for bos), below `max_target`; a slot's
                 keys and values at earlier positions must have been written.
 
@@ -445,31 +496,57 @@ class StaticStep:
             x = x + self.position_table[positions][:, None]
         if embedding.norm is not None:
             x = embedding.norm(x)
-        # L positions attended: all the stores hold, or (eager) up to the furthest slot
-        end = int(positions.max()) + 1 if self.trim else self.max_target
-        source_end = max(int(self.source_ends[:rows].max()), 1) if self.trim else self.max_source
-        written = torch.arange(end, device=tokens.device) <= positions[:, None]
-        self_mask = written[:, None, None, :]  # (N, 1, 1, L)
-        bias = None
-        if self.bias_table is not None:  # (H, L, L): row p is the query at position p
-            bias = self.bias_table[:, positions, :end].transpose(0, 1)[:, :, None, :]
-        # an empty slot attends everything (finite junk, never NaN, which would reach the
-        # values a later sentence in that slot masks out: 0 x NaN is NaN)
-        source_mask = self.source_mask[:rows, :source_end]
-        source_mask = source_mask | ~source_mask.any(dim=1, keepdim=True)
-        cross_mask = source_mask[:, None, None, :]  # (N, 1, 1, S)
+        spans = self._spans(positions)
         for i, layer in enumerate(decoder.layers):
             h = layer.self_residual.sublayer_input(x)
-            out = self._self_attention(layer.self_attn, h, i, positions, self_mask, bias, end)
+            out = self._self_attention(layer.self_attn, h, i, positions, spans)
             x = layer.self_residual(x, out)
             if self.cross:
                 h = layer.cross_residual.sublayer_input(x)
-                out = self._cross_attention(layer.cross_attn, h, i, cross_mask, source_end)
+                out = self._cross_attention(layer.cross_attn, h, i, spans)
                 x = layer.cross_residual(x, out)
             if layer.feed_forward is not None:
                 h = layer.ff_residual.sublayer_input(x)
                 x = layer.ff_residual(x, self._feed_forward(layer.feed_forward, h))
         return self._project(decoder.final_norm(x))[:, 0]  # (N, V)
+
+    def _spans(self, positions: Tensor) -> list[_Span]:
+        """What the slots attend: a compiled step, all L positions and S source positions
+        of every slot at once (its fixed shapes); an eager one, per `SPAN_ROWS` slots,
+        the positions written so far up to the span's furthest slot, and the source
+        positions up to its furthest source."""
+        rows, group = positions.size(0), self.group
+        if rows % group:
+            raise ValueError(f"a step takes whole groups of {group} slots, got {rows}")
+        if self.trim:
+            size = max(SPAN_ROWS // group, 1) * group  # whole groups
+            starts = range(0, rows, size)
+            ends = [int(p.max()) + 1 for p in positions.split(size)]
+            sources = self.source_ends[: rows // group].split(size // group)
+            source_ends = [max(int(e.max()), 1) for e in sources]
+            bounds = [
+                (a, min(a + size, rows), end, source_end)
+                for a, end, source_end in zip(starts, ends, source_ends, strict=True)
+            ]
+        else:
+            bounds = [(0, rows, self.max_target, self.max_source)]
+        spans = []
+        for a, b, end, source_end in bounds:
+            at = positions[a:b]
+            written = torch.arange(end, device=positions.device) <= at[:, None]
+            bias = None
+            if self.bias_table is not None:  # (H, L, L): row p is the query at position p
+                bias = self.bias_table[:, at, :end].transpose(0, 1)[:, :, None, :]
+            # an empty group attends everything (finite junk, never NaN, which would reach
+            # the values a later sentence in its slots masks out: 0 x NaN is NaN)
+            groups = slice(a // group, b // group)
+            source_mask = self.source_mask[groups, :source_end]
+            source_mask = source_mask | ~source_mask.any(dim=1, keepdim=True)
+            spans.append(
+                _Span(slice(a, b), groups, end, written[:, None, None, :], bias, source_end,
+                      source_mask[:, None, None, :])
+            )  # fmt: skip
+        return spans
 
     def _self_attention(
         self,
@@ -477,12 +554,10 @@ class StaticStep:
         h: Tensor,
         layer: int,
         positions: Tensor,
-        mask: Tensor,
-        bias: Tensor | None,
-        end: int,
+        spans: list[_Span],
     ) -> Tensor:
         """(N, 1, D) -> (N, 1, D): this step's keys and values written at `positions`,
-        then attended over the stores' first `end` positions."""
+        then attended, span by span, over the stores' positions written so far."""
         if isinstance(attention, FrozenSelfAttention):
             q, k, v = self._product(attention.qkv_proj, h).split(attention.sizes, dim=-1)
         else:
@@ -503,8 +578,12 @@ class StaticStep:
             keys = keys.scatter(2, where.expand(k.shape), k)
             values = values.scatter(2, where.expand(v.shape), v)
             self._written += [k, v]
-        keys, values = keys[:, :, :end], values[:, :, :end]
-        out = _attend(q, keys, values, mask, bias, attention.kv_of_head)
+        out = _joined(
+            _attend(q[span.rows], keys[span.rows, :, : span.end],
+                    values[span.rows, :, : span.end], span.self_mask, span.bias,
+                    attention.kv_of_head)
+            for span in spans
+        )  # fmt: skip
         return self._output(attention, out)
 
     def _cross_attention(
@@ -512,16 +591,24 @@ class StaticStep:
         attention: MultiHeadAttention | FrozenCrossAttention,
         h: Tensor,
         layer: int,
-        mask: Tensor,
-        end: int,
+        spans: list[_Span],
     ) -> Tensor:
-        """(N, 1, D) -> (N, 1, D): attend the stored source of each slot (its first `end`
-        positions: as far as the furthest source of the slots run reaches)."""
+        """(N, 1, D) -> (N, 1, D): attend the stored source of each slot, span by span
+        (as far as the span's furthest source reaches); a group's slots attend its one
+        source as `group` queries of one row."""
         q = split_heads(self._product(attention.q_proj, h), attention.n_heads)  # (N, H, 1, Dk)
-        rows = h.size(0)
-        keys = self.cross_keys[layer][:rows, :, :end]
-        values = self.cross_values[layer][:rows, :, :end]
-        out = _attend(q, keys, values, mask, None, attention.kv_of_head)
+        rows, heads, group = q.size(0), q.size(1), self.group
+        # (N, H, 1, Dk) -> (N / G, H, G, Dk): each group's queries side by side
+        q = q.view(rows // group, group, heads, -1).transpose(1, 2)
+        keys, values = self.cross_keys[layer], self.cross_values[layer]
+        out = _joined(
+            _attend(q[span.groups], keys[span.groups, :, : span.source_end],
+                    values[span.groups, :, : span.source_end], span.cross_mask, None,
+                    attention.kv_of_head)
+            for span in spans
+        )  # fmt: skip
+        # (N / G, H, G, Dv) -> (N, H, 1, Dv)
+        out = out.transpose(1, 2).reshape(rows, heads, 1, -1)
         return self._output(attention, out)
 
     def _output(self, attention: nn.Module, out: Tensor) -> Tensor:
@@ -568,6 +655,12 @@ def _cross_keys_values(
     else:
         k, v = attention.k_proj(memory), attention.v_proj(memory)
     return split_heads(k, attention.n_kv_heads), split_heads(v, attention.n_kv_heads)
+
+
+def _joined(parts: Iterable[Tensor]) -> Tensor:
+    """The spans' outputs, in slot order (one span: itself, not a copy)."""
+    parts = list(parts)
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def _attend(
