@@ -256,3 +256,21 @@ def test_slots_grouped_by_source_step_as_slots_each_with_their_own(scheme):
         grouped.load_source(torch.tensor([0]), src[:1])
     with pytest.raises(ValueError, match="group must be >= 1 and divide slots=6"):
         StaticStep(model, slots=6, group=4)
+
+
+def test_each_span_of_slots_attends_no_further_than_its_own_furthest_position(monkeypatch):
+    import aiayn.inference.static_step as static_step
+
+    monkeypatch.setattr(static_step, "SPAN_ROWS", 2)  # slots 0-1 and 2-3
+    model = small("encoder_decoder", positional="relative")
+    full, spans = (StaticStep(model, slots=4, max_target=8) for _ in range(2))
+    full.trim = False
+    for step in (full, spans):
+        step.load_source(torch.arange(4), sources(4))
+    for t in range(5):  # slots 0-1 stay at position 1; 2-3 go on to 4
+        tokens, positions = torch.randint(3, VOCAB, (4,)), torch.tensor([1, 1, t, t]).clamp(max=t)
+        expected = full.logits(tokens, positions)
+        if t == 4:  # past slots 0-1's position 1: never read for them
+            for store in (*spans.self_keys, *spans.self_values):
+                store[:2, :, 2:] = float("nan")
+        torch.testing.assert_close(spans.logits(tokens, positions), expected, atol=1e-5, rtol=1e-5)
