@@ -104,9 +104,12 @@ def test_beam_reorder_moves_each_row_to_its_parents_keys_with_fewest_copies():
     parent = torch.randint(0, k, (50, k), generator=generator)  # 50 groups' new rows
     parent[0] = torch.tensor([0, 0, 1, 2, 3, 4])  # a child inserted at rank 1: a shift
     slots = torch.stack([torch.randperm(k, generator=generator) + 10 * k * g for g in range(50)])
-    new, copied, parent_slots = _beam_slots(slots, parent)
+    new, copied, parent_slots, replaced = _beam_slots(slots, parent)
     for g in range(50):
         own = slots[g].tolist()
+        # a copied row takes the slot of a parent without children
+        assert (slots[g][replaced[g][copied[g]]] == new[g][copied[g]]).all()
+        assert not set(replaced[g][copied[g]].tolist()) & set(parent[g].tolist())
         assert sorted(new[g].tolist()) == sorted(own)  # the group's own slots, each once
         # a store whose slot s holds its row: copy as the engine does, then read each row's
         store = {s: row for row, s in enumerate(own)}
@@ -119,6 +122,40 @@ def test_beam_reorder_moves_each_row_to_its_parents_keys_with_fewest_copies():
         assert int(copied[g].sum()) == k - len(set(parent[g].tolist()))
         assert not set(new[g][copied[g]].tolist()) & set(parent_slots[g][copied[g]].tolist())
     assert copied[0].tolist() == [False, True, False, False, False, False]  # not 5 moves
+    assert int(replaced[0, 1]) == 5  # the one row without a child
+
+
+def test_copying_from_where_the_prefixes_differ_leaves_the_slots_as_whole_copies_do():
+    # beam search with the engine's copies (from the first token where the slot's old
+    # hypothesis and its new one's parent differ) against copies of whole prefixes: the
+    # slots hold the same keys and values, bit for bit, at every step
+    model = small("encoder_decoder", std=0.5, tie_output=False)
+    config = DecodeConfig(beam=4, alpha=0.6, extra_len=6)
+    rows = _rows(sources(4, seed=2))
+    ranged, whole = Engine(model, config, 2), Engine(model, config, 2)
+
+    ranged_copies, whole_copies = ranged.step.copy_ranges, whole.step.copy_ranges
+    copied = []
+    ranged.step.copy_ranges = lambda *args: (copied.append(args), ranged_copies(*args))
+    whole.step.copy_ranges = lambda t, s, a, e: whole_copies(t, s, torch.zeros_like(a), e)
+    for engine in (ranged, whole):
+        for row in rows:
+            engine.submit(row)
+    outputs = {}
+    while not ranged.idle:
+        for engine in (ranged, whole):
+            outputs.setdefault(id(engine), []).extend(_seen(d) for d in engine.advance())
+        assert torch.equal(ranged.row_slot, whole.row_slot)
+        for group in ranged.live.nonzero().view(-1).tolist():
+            end = int(ranged.t[group] - 1)  # positions written so far
+            slots = ranged.row_slot[group]
+            for mine, theirs in zip(ranged.step.self_keys + ranged.step.self_values,
+                                    whole.step.self_keys + whole.step.self_values,
+                                    strict=True):  # fmt: skip
+                assert torch.equal(mine[slots, :, :end], theirs[slots, :, :end])
+    assert whole.idle and outputs[id(ranged)] == outputs[id(whole)]
+    starts, ends = torch.cat([c[2] for c in copied]), torch.cat([c[3] for c in copied])
+    assert int((ends - starts).sum()) < int(ends.sum())  # shared prefixes were not copied
 
 
 def test_a_free_group_stands_at_position_0_so_the_step_attends_the_live_ones():

@@ -274,3 +274,18 @@ def test_each_span_of_slots_attends_no_further_than_its_own_furthest_position(mo
             for store in (*spans.self_keys, *spans.self_values):
                 store[:2, :, 2:] = float("nan")
         torch.testing.assert_close(spans.logits(tokens, positions), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_copy_ranges_copies_each_slots_own_positions_only():
+    step = StaticStep(small("encoder_decoder"), slots=6, max_target=10)
+    for store in (*step.self_keys, *step.self_values):
+        store.copy_(torch.randn(store.shape))
+    before = [store.clone() for store in (*step.self_keys, *step.self_values)]
+    targets, sources_ = torch.tensor([0, 4, 5]), torch.tensor([1, 2, 2])
+    starts, ends = torch.tensor([3, 0, 6]), torch.tensor([7, 2, 6])  # the last: nothing
+    step.copy_ranges(targets, sources_, starts, ends)
+    for store, old in zip((*step.self_keys, *step.self_values), before, strict=True):
+        expected = old.clone()
+        expected[0, :, 3:7] = old[1, :, 3:7]
+        expected[4, :, 0:2] = old[2, :, 0:2]
+        assert torch.equal(store, expected)

@@ -354,6 +354,7 @@ class Engine:
         cfg, k, config = self.cfg, self.k, self.config
         n, vocab, width = live.numel(), cfg.vocab_size, self.tokens.size(2)
         scores, tokens = self.scores[live], self.tokens[live]  # (n, K), (n, K, L + 1)
+        fed = tokens  # the rows' prefixes so far (their keys and values are in the slots)
         candidates = log_probs.view(n, k, vocab).add_(scores[:, :, None]).view(n, -1)
         top_scores, top_index = top_candidates(candidates, 2 * k)  # (n, 2K), best first
         parent, token = top_index // vocab, top_index % vocab
@@ -390,12 +391,24 @@ class Engine:
         # each parent's first child stays in its slot, the others take childless
         # parents' slots and copy their parent's keys and values
         going = ~done
-        slots, copied, parent_slots = _beam_slots(self.row_slot[live], live_parent)
+        slots, copied, parent_slots, replaced = _beam_slots(self.row_slot[live], live_parent)
         self.row_slot[live] = slots
         moved = copied & going[:, None]
         if bool(moved.any()):
-            length = int((self.offset[live] + t)[moved.any(dim=1)].max())
-            self.step.copy_slots(slots[moved], parent_slots[moved], length)
+            group, row = moved.nonzero(as_tuple=True)  # (M,) each copy's group and row
+            # the keys and values of a position depend on the tokens up to it: where the
+            # prefix the slot held and the parent's first differ, the copy starts
+            ours = fed[group, replaced[group, row]]  # (M, L + 1)
+            theirs = fed[group, live_parent[group, row]]
+            steps = t[group]
+            differ = (ours != theirs) & (
+                torch.arange(ours.size(1), device=ours.device) < steps[:, None]
+            )
+            first = torch.where(differ.any(dim=1), differ.int().argmax(dim=1), steps)
+            offset = self.offset[live][group]
+            self.step.copy_ranges(
+                slots[group, row], parent_slots[group, row], offset + first, offset + steps
+            )
         if not bool(done.any()):
             return []
         results = finished.select(done).nbest_lists(config.nbest, cfg.eos_id, cfg.pad_id)
@@ -424,7 +437,7 @@ class Engine:
         return penalty.to(self.score_dtype)
 
 
-def _beam_slots(slots: Tensor, parent: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def _beam_slots(slots: Tensor, parent: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Beam search's reorder as slot moves, with as few copies as the parents allow.
 
     Row j of a group (its j-th hypothesis) continues row `parent[j]`, which lives in
@@ -439,8 +452,9 @@ def _beam_slots(slots: Tensor, parent: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         parent: (n, K) each new row's parent row, in [0, K).
 
     Returns:
-        (n, K) each new row's slot, (n, K) bool where it must be copied into, and
-        (n, K) the slot of its parent (where it is copied from).
+        (n, K) each new row's slot, (n, K) bool where it must be copied into, (n, K)
+        the slot of its parent (where it is copied from), and (n, K) the old row whose
+        slot a copied row takes (its own parent elsewhere).
     """
     k = parent.size(1)
     parent_slots = slots.gather(1, parent)
@@ -452,8 +466,9 @@ def _beam_slots(slots: Tensor, parent: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     # them first, in order)
     children = torch.sort(copied.to(torch.uint8), dim=1, descending=True, stable=True)[1]
     childless = torch.sort(has_child.to(torch.uint8), dim=1, stable=True)[1]
-    taken = torch.empty_like(slots).scatter_(1, children, slots.gather(1, childless))
-    return torch.where(copied, taken, parent_slots), copied, parent_slots
+    replaced = torch.empty_like(parent).scatter_(1, children, childless)
+    taken = slots.gather(1, replaced)
+    return torch.where(copied, taken, parent_slots), copied, parent_slots, replaced
 
 
 def _put(into: Finished, rows: Tensor, other: Finished) -> None:

@@ -325,6 +325,30 @@ class StaticStep:
             written = store.narrow(2, 0, end)  # (N, Hkv, end, Dk): a view
             written.index_copy_(0, targets, written.index_select(0, sources))
 
+    @torch.no_grad()
+    def copy_ranges(self, targets: Tensor, sources: Tensor, starts: Tensor, ends: Tensor) -> None:
+        """`copy_slots` of positions `starts[i]` .. `ends[i]` - 1 only, per copy i: beam
+        search's reorder where a slot already holds the keys and values of the parent's
+        prefix up to `starts[i]` (the hypotheses share it). Targets and sources must not
+        overlap.
+
+        Args:
+            targets, sources: (M,) slot indices.
+            starts, ends: (M,) positions; nothing is copied where ends <= starts.
+        """
+        lengths = (ends.clamp(max=self.max_target) - starts).clamp(min=0)
+        copy = torch.repeat_interleave(
+            torch.arange(lengths.numel(), device=lengths.device), lengths
+        )
+        if copy.numel() == 0:
+            return
+        # (P,) each copied position: copy i's ends[i] - starts[i] of them in turn
+        before = lengths.cumsum(0) - lengths
+        positions = starts[copy] + torch.arange(copy.numel(), device=copy.device) - before[copy]
+        to, source = targets[copy], sources[copy]
+        for store in (*self.self_keys, *self.self_values):
+            store[to, :, positions] = store[source, :, positions]  # (P, Hkv, Dk)
+
     # ----- the step ----------------------------------------------------------------
 
     def logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
