@@ -31,7 +31,7 @@ PARTS = {
         ("model step (StaticStep.log_probs)", "inference/static_step.py", "log_probs"),
         ("admission (encoder, slots' source)", "inference/engine.py", "_admit"),
         ("beam bookkeeping (Engine._beam)", "inference/engine.py", "_beam"),
-        ("  of which the slots' reorder", "inference/static_step.py", "copy_slots"),
+        ("  of which the slots' reorder", "inference/static_step.py", "copy_ranges"),
         ("token rules (apply_rules)", "inference/search.py", "apply_rules"),
     ],
 }

@@ -77,23 +77,28 @@ log = logging.getLogger(__name__)
 
 _DENSE_KERNELS = (SdpaKernel, ExplicitKernel)
 
-SPAN_ROWS = 32
-"""Slots an eager step attends at once: each span of this many consecutive slots attends
-its own furthest position and source, not the table's (slots decoded at once stand at
-different positions; `aiayn.inference.engine` admits sentences in arrival order, so
-neighbouring slots tend to stand close)."""
+SPAN_COST = 64
+"""What one more attention call costs an eager step, in the positions one slot attends
+(cache-cold keys and values, one thread: measured around 20 us a call against 0.3 us a
+position): consecutive slot groups are attended in one call while the positions that
+adds (every slot attending the call's furthest) cost less than a call of their own."""
 
 
-class _Span(NamedTuple):
-    """Consecutive slots attended at once, and what they attend (see `SPAN_ROWS`)."""
+class _SelfSpan(NamedTuple):
+    """Consecutive slots whose self-attention runs in one call (see `SPAN_COST`)."""
 
     rows: slice
-    groups: slice  # the slot groups the rows make (their sources: `StaticStep.group`)
     end: int  # target positions attended: the span's furthest, plus one
-    self_mask: Tensor  # (n, 1, 1, end) True where written
+    mask: Tensor  # (n, 1, 1, end) True where written
     bias: Tensor | None  # (n, H, 1, end) the position scheme's score bias
-    source_end: int  # source positions attended
-    cross_mask: Tensor  # (n / group, 1, 1, source_end) True at real source tokens
+
+
+class _CrossSpan(NamedTuple):
+    """Consecutive slot groups whose cross-attention runs in one call."""
+
+    groups: slice  # the groups (their sources: `StaticStep.group`)
+    end: int  # source positions attended
+    mask: Tensor  # (n / group, 1, 1, end) True at real source tokens
 
 
 class StaticStep:
@@ -520,57 +525,56 @@ class StaticStep:
             x = x + self.position_table[positions][:, None]
         if embedding.norm is not None:
             x = embedding.norm(x)
-        spans = self._spans(positions)
+        self_spans, cross_spans = self._spans(positions)
         for i, layer in enumerate(decoder.layers):
             h = layer.self_residual.sublayer_input(x)
-            out = self._self_attention(layer.self_attn, h, i, positions, spans)
+            out = self._self_attention(layer.self_attn, h, i, positions, self_spans)
             x = layer.self_residual(x, out)
             if self.cross:
                 h = layer.cross_residual.sublayer_input(x)
-                out = self._cross_attention(layer.cross_attn, h, i, spans)
+                out = self._cross_attention(layer.cross_attn, h, i, cross_spans)
                 x = layer.cross_residual(x, out)
             if layer.feed_forward is not None:
                 h = layer.ff_residual.sublayer_input(x)
                 x = layer.ff_residual(x, self._feed_forward(layer.feed_forward, h))
         return self._project(decoder.final_norm(x))[:, 0]  # (N, V)
 
-    def _spans(self, positions: Tensor) -> list[_Span]:
-        """What the slots attend: a compiled step, all L positions and S source positions
-        of every slot at once (its fixed shapes); an eager one, per `SPAN_ROWS` slots,
-        the positions written so far up to the span's furthest slot, and the source
-        positions up to its furthest source."""
+    def _spans(self, positions: Tensor) -> tuple[list[_SelfSpan], list[_CrossSpan]]:
+        """What the slots attend, in calls over consecutive slot groups: a compiled step,
+        all L positions and S source positions of every slot in one call each (its fixed
+        shapes); an eager one, the positions written so far up to each call's furthest
+        slot, and the source positions up to its furthest source, the groups cut into
+        calls as `SPAN_COST` says."""
         rows, group = positions.size(0), self.group
         if rows % group:
             raise ValueError(f"a step takes whole groups of {group} slots, got {rows}")
+        groups = rows // group
         if self.trim:
-            size = max(SPAN_ROWS // group, 1) * group  # whole groups
-            starts = range(0, rows, size)
-            ends = [int(p.max()) + 1 for p in positions.split(size)]
-            sources = self.source_ends[: rows // group].split(size // group)
-            source_ends = [max(int(e.max()), 1) for e in sources]
-            bounds = [
-                (a, min(a + size, rows), end, source_end)
-                for a, end, source_end in zip(starts, ends, source_ends, strict=True)
-            ]
+            ends = (positions.view(groups, group).amax(dim=1) + 1).tolist()
+            self_bounds = _merged(ends, group)
+            source_ends = self.source_ends[:groups].clamp(min=1).tolist()
+            cross_bounds = _merged(source_ends, 1)
         else:
-            bounds = [(0, rows, self.max_target, self.max_source)]
-        spans = []
-        for a, b, end, source_end in bounds:
-            at = positions[a:b]
+            self_bounds = [(0, groups, self.max_target)]
+            cross_bounds = [(0, groups, self.max_source)] if self.cross else []
+        self_spans = []
+        for a, b, end in self_bounds:
+            at = positions[a * group : b * group]
             written = torch.arange(end, device=positions.device) <= at[:, None]
             bias = None
             if self.bias_table is not None:  # (H, L, L): row p is the query at position p
                 bias = self.bias_table[:, at, :end].transpose(0, 1)[:, :, None, :]
+            self_spans.append(
+                _SelfSpan(slice(a * group, b * group), end, written[:, None, None, :], bias)
+            )
+        cross_spans = []
+        for a, b, end in cross_bounds if self.cross else []:
             # an empty group attends everything (finite junk, never NaN, which would reach
             # the values a later sentence in its slots masks out: 0 x NaN is NaN)
-            groups = slice(a // group, b // group)
-            source_mask = self.source_mask[groups, :source_end]
+            source_mask = self.source_mask[a:b, :end]
             source_mask = source_mask | ~source_mask.any(dim=1, keepdim=True)
-            spans.append(
-                _Span(slice(a, b), groups, end, written[:, None, None, :], bias, source_end,
-                      source_mask[:, None, None, :])
-            )  # fmt: skip
-        return spans
+            cross_spans.append(_CrossSpan(slice(a, b), end, source_mask[:, None, None, :]))
+        return self_spans, cross_spans
 
     def _self_attention(
         self,
@@ -578,7 +582,7 @@ class StaticStep:
         h: Tensor,
         layer: int,
         positions: Tensor,
-        spans: list[_Span],
+        spans: list[_SelfSpan],
     ) -> Tensor:
         """(N, 1, D) -> (N, 1, D): this step's keys and values written at `positions`,
         then attended, span by span, over the stores' positions written so far."""
@@ -595,16 +599,17 @@ class StaticStep:
         keys, values = self.self_keys[layer][:rows], self.self_values[layer][:rows]
         where = positions[:, None, None, None]
         k, v = k.to(keys.dtype), v.to(values.dtype)
-        if self._written is None:
-            keys.scatter_(2, where.expand(k.shape), k)  # (N, Hkv, L, Dk)
-            values.scatter_(2, where.expand(v.shape), v)
+        if self._written is None:  # (N, Hkv, L, Dk) written at (slot, :, its position)
+            slots = torch.arange(rows, device=positions.device)
+            keys[slots, :, positions] = k[:, :, 0]
+            values[slots, :, positions] = v[:, :, 0]
         else:  # exported: the caller writes them (AOTInductor leaves its inputs unchanged)
             keys = keys.scatter(2, where.expand(k.shape), k)
             values = values.scatter(2, where.expand(v.shape), v)
             self._written += [k, v]
         out = _joined(
             _attend(q[span.rows], keys[span.rows, :, : span.end],
-                    values[span.rows, :, : span.end], span.self_mask, span.bias,
+                    values[span.rows, :, : span.end], span.mask, span.bias,
                     attention.kv_of_head)
             for span in spans
         )  # fmt: skip
@@ -615,7 +620,7 @@ class StaticStep:
         attention: MultiHeadAttention | FrozenCrossAttention,
         h: Tensor,
         layer: int,
-        spans: list[_Span],
+        spans: list[_CrossSpan],
     ) -> Tensor:
         """(N, 1, D) -> (N, 1, D): attend the stored source of each slot, span by span
         (as far as the span's furthest source reaches); a group's slots attend its one
@@ -626,8 +631,8 @@ class StaticStep:
         q = q.view(rows // group, group, heads, -1).transpose(1, 2)
         keys, values = self.cross_keys[layer], self.cross_values[layer]
         out = _joined(
-            _attend(q[span.groups], keys[span.groups, :, : span.source_end],
-                    values[span.groups, :, : span.source_end], span.cross_mask, None,
+            _attend(q[span.groups], keys[span.groups, :, : span.end],
+                    values[span.groups, :, : span.end], span.mask, None,
                     attention.kv_of_head)
             for span in spans
         )  # fmt: skip
@@ -679,6 +684,24 @@ def _cross_keys_values(
     else:
         k, v = attention.k_proj(memory), attention.v_proj(memory)
     return split_heads(k, attention.n_kv_heads), split_heads(v, attention.n_kv_heads)
+
+
+def _merged(ends: list[int], rows: int) -> list[tuple[int, int, int]]:
+    """Consecutive units (slot groups of `rows` slots each, attending up to `ends`) cut
+    into calls: (first, past the last, positions attended) each. A unit joins the call
+    before it while the positions that adds (every slot attending the call's furthest)
+    cost at most what a call of its own would (`SPAN_COST`)."""
+    calls: list[tuple[int, int, int]] = []
+    for unit, end in enumerate(ends):
+        if calls:
+            first, _, furthest = calls[-1]
+            together = (unit + 1 - first) * rows * max(furthest, end)
+            apart = (unit - first) * rows * furthest + rows * end + SPAN_COST
+            if together <= apart:
+                calls[-1] = (first, unit + 1, max(furthest, end))
+                continue
+        calls.append((unit, unit + 1, end))
+    return calls
 
 
 def _joined(parts: Iterable[Tensor]) -> Tensor:
