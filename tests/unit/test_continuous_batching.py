@@ -168,8 +168,12 @@ def test_a_free_group_stands_at_position_0_so_the_step_attends_the_live_ones():
         engine.advance()
     seen = []
     log_probs = engine.step.log_probs
-    engine.step.log_probs = lambda tokens, positions: (seen.append(positions.clone()),
-                                                       log_probs(tokens, positions))[1]  # fmt: skip
+
+    def spy(tokens, positions, **order):
+        seen.append(positions.clone())
+        return log_probs(tokens, positions, **order)
+
+    engine.step.log_probs = spy
     assert engine.free_groups == 0  # both still decoding
     engine.cancel(first)  # group 0 leaves at step 5; group 1 goes on
     engine.advance()

@@ -303,3 +303,18 @@ def test_slot_groups_share_an_attention_call_while_that_costs_less_than_another_
     assert static_step._merged([3, 3, 4], rows=2) == [(0, 3, 4)]  # 2 x 2 x 1 = 4 < 10
     monkeypatch.setattr(static_step, "SPAN_COST", 100)
     assert static_step._merged([3, 3, 9, 8], rows=2) == [(0, 4, 9)]
+
+
+def test_an_eager_step_projects_only_the_slots_asked_for_in_their_order():
+    model = small("encoder_decoder")
+    step = StaticStep(model, slots=4, max_target=8)
+    step.load_source(torch.arange(4), sources(4))
+    tokens, positions = torch.randint(3, VOCAB, (4,)), torch.zeros(4, dtype=torch.long)
+    everything = step.log_probs(tokens, positions)
+    order = torch.tensor([2, 0, 3])
+    calls = []
+    project = step._project
+    step._project = lambda hidden: (calls.append(hidden.size(0)), project(hidden))[1]
+    got = step.log_probs(tokens, positions, order=order)
+    assert calls == [3]  # three rows onto the vocabulary, not four
+    torch.testing.assert_close(got, everything[order], atol=1e-6, rtol=1e-6)

@@ -260,10 +260,9 @@ class Engine:
         # an eager step runs the slots up to the last live group's (groups are taken
         # lowest first, so a light load stays in the first rows); a compiled one, all
         rows = (int(live[-1]) + 1) * k if self.step.trim else self.step.slots
-        log_probs = self.step.log_probs(
-            self.slot_tokens[:rows], positions.repeat_interleave(k)[:rows]
+        log_probs = self.step.log_probs(  # (n K, V): the live rows, in row order
+            self.slot_tokens[:rows], positions.repeat_interleave(k)[:rows], order=slots
         )
-        log_probs = log_probs.index_select(0, slots)  # (n K, V)
         if self.first_logits.numel():  # a prompt's own logits at its first step
             first = (t == 1).repeat_interleave(k)
             if bool(first.any()):

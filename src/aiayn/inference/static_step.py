@@ -196,6 +196,7 @@ class StaticStep:
             False: self._logits,
             True: self._log_probs,
         }
+        self._compiled: set[bool] = set()  # the keys of `_steps` compiled
         self.compile_seconds: float | None = None
         # Eager steps attend only the positions written so far (the stores' prefix up to
         # the furthest slot, and the furthest source of the slots run): views, the same
@@ -356,7 +357,7 @@ class StaticStep:
 
     # ----- the step ----------------------------------------------------------------
 
-    def logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
+    def logits(self, tokens: Tensor, positions: Tensor, order: Tensor | None = None) -> Tensor:
         """One step over every slot: each slot's token at its position in, logits out.
 
         Args:
@@ -365,25 +366,37 @@ class StaticStep:
                 of `group`.
             positions: (N,) int64, its position (0 for bos), below `max_target`; a slot's
                 keys and values at earlier positions must have been written.
+            order: (R,) the slots whose logits to return, in this order (default: all,
+                in slot order); an eager step projects only these onto the vocabulary.
 
         Returns:
-            (N, V) logits in the model's dtype (compiled or not, as `compile` left it).
+            (N, V) logits in the model's dtype (compiled or not, as `compile` left it);
+            (R, V) with `order`.
 
         Raises:
             ValueError: another number of slots (naming what the step takes).
         """
         with torch.no_grad():
-            return self._steps[False](tokens, positions)
+            return self._run(False, tokens, positions, order)
 
-    def log_probs(self, tokens: Tensor, positions: Tensor) -> Tensor:
+    def log_probs(self, tokens: Tensor, positions: Tensor, order: Tensor | None = None) -> Tensor:
         """`logits`, then the search's log-softmax in float32 with pad and bos at -inf
         (`aiayn.inference.search.normalised`), in the same call.
 
         Returns:
-            (N, V) float32 (float64 for a float64 model) log-probabilities.
+            (N, V) float32 (float64 for a float64 model) log-probabilities; (R, V) with
+            `order`.
         """
         with torch.no_grad():
-            return self._steps[True](tokens, positions)
+            return self._run(True, tokens, positions, order)
+
+    def _run(self, log_probs: bool, tokens: Tensor, positions: Tensor, order: Tensor | None):
+        step = self._steps[log_probs]
+        if order is None:
+            return step(tokens, positions)
+        if log_probs in self._compiled:  # fixed shapes: every slot, then the rows asked for
+            return step(tokens, positions).index_select(0, order)
+        return step(tokens, positions, order)
 
     def compile(
         self, log_probs: bool = True, mode: str | None = None, ahead_of_time: bool = False
@@ -422,6 +435,7 @@ class StaticStep:
         for store, copy in zip(stores, saved, strict=True):
             store[:, :, :1] = copy
         self._steps[log_probs] = compiled
+        self._compiled.add(log_probs)
         self.compile_seconds = time.perf_counter() - began
         log.info(
             "compiled the decoding step for %d slots in %.1f s", self.slots, self.compile_seconds
@@ -481,8 +495,8 @@ class StaticStep:
 
         return run
 
-    def _log_probs(self, tokens: Tensor, positions: Tensor) -> Tensor:
-        return normalised(self.cfg, self._logits(tokens, positions))
+    def _log_probs(self, tokens: Tensor, positions: Tensor, order: Tensor | None = None) -> Tensor:
+        return normalised(self.cfg, self._logits(tokens, positions, order))
 
     def _unpack_products(self) -> None:
         """Plain copies of the frozen model's oneDNN-packed weights, for the compiler: an
@@ -510,7 +524,7 @@ class StaticStep:
         output = getattr(self.model, "output", None)  # the frozen forms' output product
         return self.model.project(hidden) if output is None else self._product(output, hidden)
 
-    def _logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
+    def _logits(self, tokens: Tensor, positions: Tensor, order: Tensor | None = None) -> Tensor:
         """The step itself (see `logits`), every layer written out over fixed shapes."""
         decoder = self.model.decoder
         embedding = decoder.embedding
@@ -537,6 +551,8 @@ class StaticStep:
             if layer.feed_forward is not None:
                 h = layer.ff_residual.sublayer_input(x)
                 x = layer.ff_residual(x, self._feed_forward(layer.feed_forward, h))
+        if order is not None:  # only these rows go on to the vocabulary
+            x = x.index_select(0, order)
         return self._project(decoder.final_norm(x))[:, 0]  # (N, V)
 
     def _spans(self, positions: Tensor) -> tuple[list[_SelfSpan], list[_CrossSpan]]:
