@@ -11,11 +11,13 @@ the engine owns a `StaticStep` of `sentences` x beam slots, in groups of `beam`
 consecutive slots, one group per sentence:
 
 - a new sentence takes a free group at the next step boundary: its source is encoded
-  and its cross-attention keys and values written into the group's slots (a decoder-only
-  model's prompt runs once and fills them);
+  and its cross-attention keys and values written once for the group's slots (a
+  decoder-only model's prompt runs once and fills them);
 - every step is one call of the step over all slots (fixed shapes: compiled once),
   then the search's bookkeeping for every live group at once, each at its own step;
-- beam search's reorder copies keys and values between the slots of one group only;
+- beam search's reorder moves hypotheses between the slots of one group: a parent's
+  first child keeps its slot, a further child takes a childless parent's slot and
+  copies its parent's keys and values from where their prefixes differ (`_beam_slots`);
 - a finished sentence frees its group at once; its result is returned by that step.
 
 Every sentence is decoded exactly as `aiayn.inference.search` decodes it alone (the
@@ -452,8 +454,8 @@ def _beam_slots(slots: Tensor, parent: Tensor) -> tuple[Tensor, Tensor, Tensor, 
 
     Returns:
         (n, K) each new row's slot, (n, K) bool where it must be copied into, (n, K)
-        the slot of its parent (where it is copied from), and (n, K) the old row whose
-        slot a copied row takes (its own parent elsewhere).
+        the slot of its parent (where it is copied from), and (n, K) for a copied row
+        the old row whose slot it takes (a parent left without children).
     """
     k = parent.size(1)
     parent_slots = slots.gather(1, parent)
