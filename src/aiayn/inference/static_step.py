@@ -566,14 +566,16 @@ class StaticStep:
         if rows % group:
             raise ValueError(f"a step takes whole groups of {group} slots, got {rows}")
         groups = rows // group
+        cross_bounds = []
         if self.trim:
             ends = (positions.view(groups, group).amax(dim=1) + 1).tolist()
             self_bounds = _merged(ends, group)
-            source_ends = self.source_ends[:groups].clamp(min=1).tolist()
-            cross_bounds = _merged(source_ends, 1)
+            if self.cross:
+                cross_bounds = _merged(self.source_ends[:groups].clamp(min=1).tolist(), 1)
         else:
             self_bounds = [(0, groups, self.max_target)]
-            cross_bounds = [(0, groups, self.max_source)] if self.cross else []
+            if self.cross:
+                cross_bounds = [(0, groups, self.max_source)]
         self_spans = []
         for a, b, end in self_bounds:
             at = positions[a * group : b * group]
@@ -585,7 +587,7 @@ class StaticStep:
                 _SelfSpan(slice(a * group, b * group), end, written[:, None, None, :], bias)
             )
         cross_spans = []
-        for a, b, end in cross_bounds if self.cross else []:
+        for a, b, end in cross_bounds:
             # an empty group attends everything (finite junk, never NaN, which would reach
             # the values a later sentence in its slots masks out: 0 x NaN is NaN)
             source_mask = self.source_mask[a:b, :end]
