@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from aiayn import freeze
 from aiayn.apps.translate import Translator
 from aiayn.cli import app
-from aiayn.inference.engine import Engine
+from aiayn.inference.engine import Engine, _beam_slots
 from aiayn.inference.search import DecodeConfig, search
 from infer_helpers import make_run, sentences
 
@@ -98,6 +98,89 @@ def test_prompts_of_different_lengths_continue_as_alone(architecture, beam):
     assert [results[i] for i in range(len(rows))] == expected
 
 
+def test_beam_reorder_moves_each_row_to_its_parents_keys_with_fewest_copies():
+    generator = torch.Generator().manual_seed(4)
+    k = 6
+    parent = torch.randint(0, k, (50, k), generator=generator)  # 50 groups' new rows
+    parent[0] = torch.tensor([0, 0, 1, 2, 3, 4])  # a child inserted at rank 1: a shift
+    slots = torch.stack([torch.randperm(k, generator=generator) + 10 * k * g for g in range(50)])
+    new, copied, parent_slots, replaced = _beam_slots(slots, parent)
+    for g in range(50):
+        own = slots[g].tolist()
+        # a copied row takes the slot of a parent without children
+        assert (slots[g][replaced[g][copied[g]]] == new[g][copied[g]]).all()
+        assert not set(replaced[g][copied[g]].tolist()) & set(parent[g].tolist())
+        assert sorted(new[g].tolist()) == sorted(own)  # the group's own slots, each once
+        # a store whose slot s holds its row: copy as the engine does, then read each row's
+        store = {s: row for row, s in enumerate(own)}
+        moves = [(t, store[f]) for t, f, c in zip(new[g].tolist(), parent_slots[g].tolist(),
+                                                  copied[g].tolist(), strict=True) if c]  # fmt: skip
+        for target, held in moves:
+            store[target] = held
+        assert [store[s] for s in new[g].tolist()] == parent[g].tolist()
+        # only rows past a parent's first child copy: K - distinct parents
+        assert int(copied[g].sum()) == k - len(set(parent[g].tolist()))
+        assert not set(new[g][copied[g]].tolist()) & set(parent_slots[g][copied[g]].tolist())
+    assert copied[0].tolist() == [False, True, False, False, False, False]  # not 5 moves
+    assert int(replaced[0, 1]) == 5  # the one row without a child
+
+
+def test_copying_from_where_the_prefixes_differ_leaves_the_slots_as_whole_copies_do():
+    # beam search with the engine's copies (from the first token where the slot's old
+    # hypothesis and its new one's parent differ) against copies of whole prefixes: the
+    # slots hold the same keys and values, bit for bit, at every step
+    model = small("encoder_decoder", std=0.5, tie_output=False)
+    config = DecodeConfig(beam=4, alpha=0.6, extra_len=6)
+    rows = _rows(sources(4, seed=2))
+    ranged, whole = Engine(model, config, 2), Engine(model, config, 2)
+
+    ranged_copies, whole_copies = ranged.step.copy_ranges, whole.step.copy_ranges
+    copied = []
+    ranged.step.copy_ranges = lambda *args: (copied.append(args), ranged_copies(*args))
+    whole.step.copy_ranges = lambda t, s, a, e: whole_copies(t, s, torch.zeros_like(a), e)
+    for engine in (ranged, whole):
+        for row in rows:
+            engine.submit(row)
+    outputs = {}
+    while not ranged.idle:
+        for engine in (ranged, whole):
+            outputs.setdefault(id(engine), []).extend(_seen(d) for d in engine.advance())
+        assert torch.equal(ranged.row_slot, whole.row_slot)
+        for group in ranged.live.nonzero().view(-1).tolist():
+            end = int(ranged.t[group] - 1)  # positions written so far
+            slots = ranged.row_slot[group]
+            for mine, theirs in zip(ranged.step.self_keys + ranged.step.self_values,
+                                    whole.step.self_keys + whole.step.self_values,
+                                    strict=True):  # fmt: skip
+                assert torch.equal(mine[slots, :, :end], theirs[slots, :, :end])
+    assert whole.idle and outputs[id(ranged)] == outputs[id(whole)]
+    starts, ends = torch.cat([c[2] for c in copied]), torch.cat([c[3] for c in copied])
+    assert int((ends - starts).sum()) < int(ends.sum())  # shared prefixes were not copied
+
+
+def test_a_free_group_stands_at_position_0_so_the_step_attends_the_live_ones():
+    model = small("encoder_decoder", std=0.5, tie_output=False)
+    rows = _rows(sources(2, seed=5))
+    engine = Engine(model, DecodeConfig(**SETTINGS["greedy"]), sentences=2)
+    first = engine.submit(rows[0])
+    engine.submit(rows[1])
+    for _ in range(4):
+        engine.advance()
+    seen = []
+    log_probs = engine.step.log_probs
+
+    def spy(tokens, positions, **order):
+        seen.append(positions.clone())
+        return log_probs(tokens, positions, **order)
+
+    engine.step.log_probs = spy
+    assert engine.free_groups == 0  # both still decoding
+    engine.cancel(first)  # group 0 leaves at step 5; group 1 goes on
+    engine.advance()
+    assert seen[0].tolist() == [0, 4]
+    assert engine.step.source_ends.tolist() == [0, len(rows[1])]  # its source let go too
+
+
 def test_sampling_runs_through_the_table_reproducibly():
     model = small("encoder_decoder", std=0.5)
     config = DecodeConfig(sampling=True, top_k=8, seed=2, extra_len=6)
@@ -153,6 +236,28 @@ def test_cli_translate_streams_a_file_through_the_slots_as_batches_translate_it(
     assert out.read_text(encoding="utf-8").split("\n")[:-1] == expected
     assert len(set(expected)) >= 5
     assert "11/11" in result.stderr  # the progress bar counts streamed sentences
+
+
+def test_stream_ids_feeds_the_engine_longest_first(run, monkeypatch):
+    import aiayn.apps.translate as translate
+
+    submitted = []
+
+    class Recording(Engine):
+        def submit(self, ids):
+            submitted.append(len(ids))
+            return super().submit(ids)
+
+    monkeypatch.setattr(translate, "Engine", Recording)
+    translator = Translator.load(run)
+    lines = sentences(7, seed=4)
+    rows = translator.encode(lines)
+    config = translator.decode_config(beam=2, extra_len=4)
+    streamed = translator.stream_ids(rows, config, sentences=2)
+    assert submitted == sorted((len(r) for r in rows), reverse=True)
+    assert len(set(submitted)) >= 3
+    batched = translator.translate_ids(rows, config)
+    assert [[h.text for h in s] for s in streamed] == [[h.text for h in s] for s in batched]
 
 
 def test_cli_translate_continuous_takes_no_negative_count(run):

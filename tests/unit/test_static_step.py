@@ -213,3 +213,108 @@ def test_an_eager_step_over_the_first_slots_or_written_positions_equals_the_full
         torch.testing.assert_close(got, expected[:3], atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="takes all 5 slots"):
         full.logits(tokens[:3], positions[:3])  # fixed shapes: all slots or none
+
+
+def test_an_eager_step_attends_no_further_than_the_sources_of_the_slots_it_runs():
+    model = small("encoder_decoder")
+    src = sources(3)  # 5, 8 and 11 tokens
+    full, trimmed = (StaticStep(model, slots=4, max_target=8) for _ in range(2))
+    full.trim = False
+    for step in (full, trimmed):
+        step.load_source(torch.tensor([0, 1, 2]), src)
+    assert trimmed.source_ends.tolist() == [5, 8, 11, 0]
+    tokens, positions = torch.randint(3, VOCAB, (4,)), torch.zeros(4, dtype=torch.long)
+    expected = full.logits(tokens, positions)
+    trimmed.release(torch.tensor([2]))  # the longest source leaves
+    assert trimmed.source_ends.tolist() == [5, 8, 0, 0]
+    for values in trimmed.cross_values:  # what lies past the 8th source position: unread
+        values[:, :, 8:] = float("nan")
+    got = trimmed.logits(tokens[:3], positions[:3])
+    assert bool(got.isfinite().all())  # the released slot attends junk, never NaN
+    torch.testing.assert_close(got[:2], expected[:2], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("scheme", ["rotary", "alibi"])
+def test_slots_grouped_by_source_step_as_slots_each_with_their_own(scheme):
+    model = small("encoder_decoder", positional=scheme, n_kv_heads=2)
+    src = sources(2)
+    alone = StaticStep(model, slots=6, max_target=10)
+    grouped = StaticStep(model, slots=6, max_target=10, group=3)
+    for step in (alone, grouped):
+        step.load_source(torch.tensor([3, 4, 5, 0, 1, 2]), src, beam=3)
+    assert grouped.cross_keys[0].size(0) == 2  # a source stored once per group
+    for t in range(5):  # every slot its own hypothesis and position
+        tokens = torch.randint(3, VOCAB, (6,))
+        positions = torch.tensor([t, t, max(t - 1, 0), t, 0, t])
+        torch.testing.assert_close(
+            grouped.logits(tokens, positions), alone.logits(tokens, positions),
+            atol=1e-5, rtol=1e-5,
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="one group of 3 consecutive slots"):
+        grouped.load_source(torch.tensor([0, 1, 3]), src[:1], beam=3)
+    with pytest.raises(ValueError, match="give 3 slots per sentence, not 1"):
+        grouped.load_source(torch.tensor([0]), src[:1])
+    with pytest.raises(ValueError, match="group must be >= 1 and divide slots=6"):
+        StaticStep(model, slots=6, group=4)
+
+
+def test_each_span_of_slots_attends_no_further_than_its_own_furthest_position(monkeypatch):
+    import aiayn.inference.static_step as static_step
+
+    monkeypatch.setattr(static_step, "SPAN_COST", 0)  # a call per span of like positions
+    model = small("encoder_decoder", positional="relative")
+    full, spans = (StaticStep(model, slots=4, max_target=8) for _ in range(2))
+    full.trim = False
+    for step in (full, spans):
+        step.load_source(torch.arange(4), sources(4))
+    for t in range(5):  # slots 0-1 stay at position 1; 2-3 go on to 4
+        tokens, positions = torch.randint(3, VOCAB, (4,)), torch.tensor([1, 1, t, t]).clamp(max=t)
+        expected = full.logits(tokens, positions)
+        if t == 4:  # past slots 0-1's position 1: never read for them
+            for store in (*spans.self_keys, *spans.self_values):
+                store[:2, :, 2:] = float("nan")
+        torch.testing.assert_close(spans.logits(tokens, positions), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_copy_ranges_copies_each_slots_own_positions_only():
+    step = StaticStep(small("encoder_decoder"), slots=6, max_target=10)
+    for store in (*step.self_keys, *step.self_values):
+        store.copy_(torch.randn(store.shape))
+    before = [store.clone() for store in (*step.self_keys, *step.self_values)]
+    targets, sources_ = torch.tensor([0, 4, 5]), torch.tensor([1, 2, 2])
+    starts, ends = torch.tensor([3, 0, 6]), torch.tensor([7, 2, 6])  # the last: nothing
+    step.copy_ranges(targets, sources_, starts, ends)
+    for store, old in zip((*step.self_keys, *step.self_values), before, strict=True):
+        expected = old.clone()
+        expected[0, :, 3:7] = old[1, :, 3:7]
+        expected[4, :, 0:2] = old[2, :, 0:2]
+        assert torch.equal(store, expected)
+
+
+def test_slot_groups_share_an_attention_call_while_that_costs_less_than_another_call(
+    monkeypatch,
+):
+    import aiayn.inference.static_step as static_step
+
+    monkeypatch.setattr(static_step, "SPAN_COST", 10)
+    # groups of 2 slots: joining the third (end 9) to ends 3, 3 would attend 2 x 2 x 6
+    # more positions than apart (24 > 10); the fourth (end 8) adds 2 x 1 = 2 < 10
+    assert static_step._merged([3, 3, 9, 8], rows=2) == [(0, 2, 3), (2, 4, 9)]
+    assert static_step._merged([3, 3, 4], rows=2) == [(0, 3, 4)]  # 2 x 2 x 1 = 4 < 10
+    monkeypatch.setattr(static_step, "SPAN_COST", 100)
+    assert static_step._merged([3, 3, 9, 8], rows=2) == [(0, 4, 9)]
+
+
+def test_an_eager_step_projects_only_the_slots_asked_for_in_their_order():
+    model = small("encoder_decoder")
+    step = StaticStep(model, slots=4, max_target=8)
+    step.load_source(torch.arange(4), sources(4))
+    tokens, positions = torch.randint(3, VOCAB, (4,)), torch.zeros(4, dtype=torch.long)
+    everything = step.log_probs(tokens, positions)
+    order = torch.tensor([2, 0, 3])
+    calls = []
+    project = step._project
+    step._project = lambda hidden: (calls.append(hidden.size(0)), project(hidden))[1]
+    got = step.log_probs(tokens, positions, order=order)
+    assert calls == [3]  # three rows onto the vocabulary, not four
+    torch.testing.assert_close(got, everything[order], atol=1e-6, rtol=1e-6)

@@ -363,8 +363,10 @@ class Translator:
     ) -> list[list[Translation]]:
         """`translate_ids` on the continuous-batching engine (`aiayn.inference.engine`):
         the rows stream through a table of `sentences` x beam slots, each taking a free
-        group as one finishes, instead of being cut into batches. The outputs are
-        `translate_ids`'s.
+        group as one finishes, instead of being cut into batches. They enter longest
+        first, as `translate_ids` batches them: sentences of like lengths share the
+        table, so its steps attend little beyond what each needs. The outputs are
+        `translate_ids`'s, in input order.
 
         The slots hold the longest row's source and its longest output
         (`max_output_lengths`), not the model's `max_len`.
@@ -388,6 +390,7 @@ class Translator:
         eos = self.model.cfg.eos_id
         results: list[list[Translation]] = [[] for _ in rows]
         work = [i for i, row in enumerate(rows) if any(t != eos for t in row)]
+        work.sort(key=lambda i: -len(rows[i]))  # stable: equal lengths in input order
         with tqdm(total=len(rows), disable=not progress, unit="sent", dynamic_ncols=True) as bar:
             bar.update(len(rows) - len(work))
             if not work:

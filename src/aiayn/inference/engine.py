@@ -11,11 +11,13 @@ the engine owns a `StaticStep` of `sentences` x beam slots, in groups of `beam`
 consecutive slots, one group per sentence:
 
 - a new sentence takes a free group at the next step boundary: its source is encoded
-  and its cross-attention keys and values written into the group's slots (a decoder-only
-  model's prompt runs once and fills them);
+  and its cross-attention keys and values written once for the group's slots (a
+  decoder-only model's prompt runs once and fills them);
 - every step is one call of the step over all slots (fixed shapes: compiled once),
   then the search's bookkeeping for every live group at once, each at its own step;
-- beam search's reorder copies keys and values between the slots of one group only;
+- beam search's reorder moves hypotheses between the slots of one group: a parent's
+  first child keeps its slot, a further child takes a childless parent's slot and
+  copies its parent's keys and values from where their prefixes differ (`_beam_slots`);
 - a finished sentence frees its group at once; its result is returned by that step.
 
 Every sentence is decoded exactly as `aiayn.inference.search` decodes it alone (the
@@ -103,7 +105,8 @@ class Engine:
         self.config = config
         self.k = 1 if config.sampling else config.beam
         self.groups = sentences
-        self.step = StaticStep(model, sentences * self.k, max_target, max_source)
+        # a group's k slots share its sentence's source (stored once, attended together)
+        self.step = StaticStep(model, sentences * self.k, max_target, max_source, group=self.k)
         if compile:  # AOTInductor: no guards checked per call (bench_static_step.py)
             self.step.compile(log_probs=True, ahead_of_time=True)
         self.rules = config.rules
@@ -141,6 +144,9 @@ class Engine:
         )
         self.first_logits = torch.zeros(0)  # a decoder-only prompt's, for its first step
         self.slot_tokens = torch.full((g * k,), self.cfg.pad_id, dtype=torch.long, device=device)
+        # the slot each group's row (hypothesis) lives in: one of the group's own k, moved
+        # by beam search's reorder (`_beam_slots`)
+        self.row_slot = torch.arange(g * k, device=device).view(g, k)
 
     # ----- the queue --------------------------------------------------------------
 
@@ -201,6 +207,7 @@ class Engine:
             group = self.request.index(request)
             self.live[group] = False
             self.request[group] = -1
+            self._release(torch.tensor([group], device=self.live.device))
             return True
         return False
 
@@ -243,26 +250,31 @@ class Engine:
         live = self.live.nonzero().squeeze(1)  # (n,)
         t = self.t[live]  # (n,) each group's step
         last = self.tokens[live, :, :].gather(2, (t - 1)[:, None, None].expand(-1, k, 1))
-        slots = (live[:, None] * k + torch.arange(k, device=live.device)).view(-1)  # (n K,)
+        slots = self.row_slot[live].view(-1)  # (n K,) the rows' slots, in row order
         self.slot_tokens[slots] = last.view(-1)
         # a prompt's step 1 feeds nothing: its slots write junk at position T, which
         # step 2 overwrites (not at T - 1, the prompt's own)
         step = self.t if self.step.cross else self.t.clamp(min=2)
         positions = (self.offset + step - 1).clamp(0, self.step.max_target - 1)  # (G,)
+        # a free group stands at 0, so that an eager step attends no further than the
+        # live groups' positions (its junk there is overwritten before it is read)
+        positions = positions.masked_fill(~self.live, 0)
         # an eager step runs the slots up to the last live group's (groups are taken
         # lowest first, so a light load stays in the first rows); a compiled one, all
         rows = (int(live[-1]) + 1) * k if self.step.trim else self.step.slots
-        log_probs = self.step.log_probs(
-            self.slot_tokens[:rows], positions.repeat_interleave(k)[:rows]
+        log_probs = self.step.log_probs(  # (n K, V): the live rows, in row order
+            self.slot_tokens[:rows], positions.repeat_interleave(k)[:rows], order=slots
         )
-        log_probs = log_probs.index_select(0, slots)  # (n K, V)
         if self.first_logits.numel():  # a prompt's own logits at its first step
             first = (t == 1).repeat_interleave(k)
             if bool(first.any()):
                 from_prompt = self.first_logits.index_select(0, slots)[first]
                 log_probs[first] = normalised(self.cfg, from_prompt).to(log_probs.dtype)
         at_limit = (self.max_out[live] == t).repeat_interleave(k)
-        log_probs = apply_rules(self.cfg, log_probs, self.rules, at_limit)
+        # only eos may follow where some row is at its limit (no (n K, V) mask otherwise)
+        log_probs = apply_rules(
+            self.cfg, log_probs, self.rules, at_limit if bool(at_limit.any()) else None
+        )
         if k == 1 or self.config.sampling:
             done = self._one_path(live, t, log_probs)
         else:
@@ -281,7 +293,8 @@ class Engine:
             return
         k, device, cfg = self.k, self.step.device, self.cfg
         groups = torch.tensor([group for group, _, _ in taken], device=device)
-        slots = (groups[:, None] * k + torch.arange(k, device=device)).view(-1)
+        self.row_slot[groups] = groups[:, None] * k + torch.arange(k, device=device)
+        slots = self.row_slot[groups].view(-1)
         if self.step.cross:
             width = max(ids.numel() for _, _, ids in taken)
             src = torch.full((len(taken), width), cfg.pad_id, dtype=torch.long, device=device)
@@ -333,6 +346,7 @@ class Engine:
             done.append(Done(self.request[group], [Hypothesis(tokens, log_prob, log_prob)]))
             self.request[group] = -1
         self.live[live[ended]] = False
+        self._release(live[ended])
         return done
 
     def _beam(self, live: Tensor, t: Tensor, log_probs: Tensor) -> list[Done]:
@@ -341,6 +355,7 @@ class Engine:
         cfg, k, config = self.cfg, self.k, self.config
         n, vocab, width = live.numel(), cfg.vocab_size, self.tokens.size(2)
         scores, tokens = self.scores[live], self.tokens[live]  # (n, K), (n, K, L + 1)
+        fed = tokens  # the rows' prefixes so far (their keys and values are in the slots)
         candidates = log_probs.view(n, k, vocab).add_(scores[:, :, None]).view(n, -1)
         top_scores, top_index = top_candidates(candidates, 2 * k)  # (n, 2K), best first
         parent, token = top_index // vocab, top_index % vocab
@@ -373,14 +388,28 @@ class Engine:
 
         self.scores[live], self.tokens[live] = scores, tokens
         _put(self.finished, live, finished)
-        # beam search's reorder, within each group's slots, for the groups going on
+        # beam search's reorder, within each group's slots, for the groups going on:
+        # each parent's first child stays in its slot, the others take childless
+        # parents' slots and copy their parent's keys and values
         going = ~done
-        base = live[:, None] * k + torch.arange(k, device=live.device)  # (n, K) slots
-        sources = live[:, None] * k + live_parent
-        moved = (base != sources) & going[:, None]
+        slots, copied, parent_slots, replaced = _beam_slots(self.row_slot[live], live_parent)
+        self.row_slot[live] = slots
+        moved = copied & going[:, None]
         if bool(moved.any()):
-            length = int((self.offset[live] + t).max())
-            self.step.copy_slots(base[moved], sources[moved], length)
+            group, row = moved.nonzero(as_tuple=True)  # (M,) each copy's group and row
+            # the keys and values of a position depend on the tokens up to it: where the
+            # prefix the slot held and the parent's first differ, the copy starts
+            ours = fed[group, replaced[group, row]]  # (M, L + 1)
+            theirs = fed[group, live_parent[group, row]]
+            steps = t[group]
+            differ = (ours != theirs) & (
+                torch.arange(ours.size(1), device=ours.device) < steps[:, None]
+            )
+            first = torch.where(differ.any(dim=1), differ.int().argmax(dim=1), steps)
+            offset = self.offset[live][group]
+            self.step.copy_ranges(
+                slots[group, row], parent_slots[group, row], offset + first, offset + steps
+            )
         if not bool(done.any()):
             return []
         results = finished.select(done).nbest_lists(config.nbest, cfg.eos_id, cfg.pad_id)
@@ -389,7 +418,13 @@ class Engine:
             out.append(Done(self.request[group], hypotheses))
             self.request[group] = -1
         self.live[live[done]] = False
+        self._release(live[done])
         return out
+
+    def _release(self, groups: Tensor) -> None:
+        """The step's slots of `groups` (left by their sentences) are empty again."""
+        if self.step.cross:
+            self.step.release(self.row_slot[groups].view(-1))
 
     def _max_out(self, input_lengths: Tensor) -> Tensor:
         """(B,) longest outputs, as the search allows them (`max_output_lengths`)."""
@@ -401,6 +436,40 @@ class Engine:
         """(n,) length penalties in the scores' dtype, as the search divides by them."""
         penalty = length_penalty(length.double(), self.config.alpha, self.config.length_penalty)
         return penalty.to(self.score_dtype)
+
+
+def _beam_slots(slots: Tensor, parent: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Beam search's reorder as slot moves, with as few copies as the parents allow.
+
+    Row j of a group (its j-th hypothesis) continues row `parent[j]`, which lives in
+    slot `slots[parent[j]]`. A parent's first child takes over its slot as it is;
+    each further child takes the slot of a parent that has no child (there are as many
+    of those as further children) and needs its parent's keys and values copied in.
+    The slots copied into are childless parents' and the slots copied from are parents
+    with a child: no slot is both.
+
+    Args:
+        slots: (n, K) the slot of each group's row.
+        parent: (n, K) each new row's parent row, in [0, K).
+
+    Returns:
+        (n, K) each new row's slot, (n, K) bool where it must be copied into, (n, K)
+        the slot of its parent (where it is copied from), and (n, K) for a copied row
+        the old row whose slot it takes (a parent left without children).
+    """
+    k = parent.size(1)
+    parent_slots = slots.gather(1, parent)
+    earlier = torch.ones(k, k, dtype=torch.bool, device=parent.device).tril(-1)  # j' < j
+    # (n, K): another row before j continues the same parent
+    copied = ((parent[:, :, None] == parent[:, None, :]) & earlier).any(dim=2)
+    has_child = torch.zeros_like(copied).scatter_(1, parent, True)
+    # the r-th further child takes the r-th childless parent's slot (stable sorts put
+    # them first, in order)
+    children = torch.sort(copied.to(torch.uint8), dim=1, descending=True, stable=True)[1]
+    childless = torch.sort(has_child.to(torch.uint8), dim=1, stable=True)[1]
+    replaced = torch.empty_like(parent).scatter_(1, children, childless)
+    taken = slots.gather(1, replaced)
+    return torch.where(copied, taken, parent_slots), copied, parent_slots, replaced
 
 
 def _put(into: Finished, rows: Tensor, other: Finished) -> None:

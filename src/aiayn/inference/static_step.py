@@ -48,8 +48,9 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -76,6 +77,30 @@ log = logging.getLogger(__name__)
 
 _DENSE_KERNELS = (SdpaKernel, ExplicitKernel)
 
+SPAN_COST = 64
+"""What one more attention call costs an eager step, in the positions one slot attends:
+consecutive slot groups are attended in one call while the positions that adds (every
+slot attending the call's furthest) cost less than a call of their own. On one thread
+a call costs about 10 us more and a slot's position, its keys and values cache-cold,
+0.15 to 0.3 us; on the quickstart's test verses 64 did as well as 0, 256 or no cut."""
+
+
+class _SelfSpan(NamedTuple):
+    """Consecutive slots whose self-attention runs in one call (see `SPAN_COST`)."""
+
+    rows: slice
+    end: int  # target positions attended: the span's furthest, plus one
+    mask: Tensor  # (n, 1, 1, end) True where written
+    bias: Tensor | None  # (n, H, 1, end) the position scheme's score bias
+
+
+class _CrossSpan(NamedTuple):
+    """Consecutive slot groups whose cross-attention runs in one call."""
+
+    groups: slice  # the groups (their sources: `StaticStep.group`)
+    end: int  # source positions attended
+    mask: Tensor  # (n / group, 1, 1, end) True at real source tokens
+
 
 class StaticStep:
     """The decoder of `model` as one step of fixed shapes over `slots` rows (see the module).
@@ -88,6 +113,11 @@ class StaticStep:
             `cfg.max_len`).
         max_source: S, source positions each slot's cross-attention holds (an
             encoder-decoder's; default and most: `cfg.max_len`).
+        group: slots that share a source, in groups of `group` consecutive slots (beam
+            search's hypotheses of one sentence): its cross-attention keys and values
+            are stored once per group, and the group's queries attend them together
+            (as `aiayn.inference.frozen.FrozenCrossAttention` shares them); 1: every
+            slot its own. A group's sentence is loaded into the whole group.
 
     Raises:
         ValueError: another model shape, a kernel or position scheme the step does not
@@ -100,6 +130,7 @@ class StaticStep:
         slots: int,
         max_target: int | None = None,
         max_source: int | None = None,
+        group: int = 1,
     ) -> None:
         if not isinstance(model, Transformer | DecoderOnly):
             raise ValueError(
@@ -114,7 +145,10 @@ class StaticStep:
         self.max_source = _checked_size(max_source, cfg.max_len, "max_source") if self.cross else 0
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots}")
-        self.slots = slots
+        if group < 1 or slots % group:
+            raise ValueError(f"group must be >= 1 and divide slots={slots}, got {group}")
+        self.slots, self.group = slots, group
+        sources = slots // group  # what the cross-attention stores hold: one per group
         decoder = model.decoder
         embedding = decoder.embedding
         if embedding.token_types is not None:
@@ -151,22 +185,27 @@ class StaticStep:
             self.self_values.append(self._zeros(*shape, size_v))
             if self.cross:
                 heads, size_k, size_v = _kv_sizes(layer.cross_attn)
-                shape = (slots, heads, self.max_source)
+                shape = (sources, heads, self.max_source)
                 self.cross_keys.append(self._zeros(*shape, size_k))
                 self.cross_values.append(self._zeros(*shape, size_v))
-        # (N, S) True at real source tokens; all False in an empty slot
-        self.source_mask = torch.zeros(slots, self.max_source, dtype=torch.bool, device=self.device)
+        # (N / group, S) True at real source tokens; all False in an empty group
+        self.source_mask = torch.zeros(
+            sources, self.max_source, dtype=torch.bool, device=self.device
+        )
         # the step by what it returns (log-probabilities or not): eager until `compile`
         self._steps: dict[bool, Callable[[Tensor, Tensor], Tensor]] = {
             False: self._logits,
             True: self._log_probs,
         }
+        self._compiled: set[bool] = set()  # the keys of `_steps` compiled
         self.compile_seconds: float | None = None
         # Eager steps attend only the positions written so far (the stores' prefix up to
-        # the furthest slot, and the longest source loaded): views, the same values. A
-        # compiled step keeps the fixed shapes it was compiled for.
+        # the furthest slot, and the furthest source of the slots run): views, the same
+        # values. A compiled step keeps the fixed shapes it was compiled for.
         self.trim = True
-        self._source_end = 0  # the longest source loaded so far
+        # (N / group,) how far each group's source reaches (0: none): an eager step
+        # attends the furthest of the slots it runs, not the longest source ever loaded
+        self.source_ends = torch.zeros(sources, dtype=torch.long, device=self.device)
         self._plain: dict[int, Tensor] = {}  # packed product -> plain weight (`compile`)
         self._written: list[Tensor] | None = None  # each layer's new keys, values (exported)
 
@@ -182,30 +221,65 @@ class StaticStep:
         Args:
             slots: (B x beam,) the slots to fill, each sentence's `beam` consecutive.
             src: (B, S') source ids, padded with `cfg.pad_id`, S' <= `max_source`.
-            beam: slots per sentence (its hypotheses share its source).
+            beam: slots per sentence (its hypotheses share its source); with `group` > 1,
+                `group` itself, each sentence's slots one whole group.
 
         Returns:
             (B,) the sources' real tokens (eos included).
 
         Raises:
-            ValueError: a decoder-only model, or a source longer than `max_source`.
+            ValueError: a decoder-only model, a source longer than `max_source`, or
+                slots that are not whole groups.
         """
         if not self.cross:
             raise ValueError("a decoder-only model has no source: load_prompt fills its slots")
         check_ids(src, "source", self.max_source)
+        batch = src.size(0)
+        if self.group == 1:  # every slot its own copy
+            targets = slots
+            rows = torch.arange(batch, device=src.device).repeat_interleave(beam)
+        else:
+            owners = slots.view(-1) // self.group
+            if beam != self.group or owners.numel() != batch * beam:
+                raise ValueError(
+                    f"the step's slots share sources in groups of {self.group}: give "
+                    f"{self.group} slots per sentence, not {beam}"
+                )
+            targets = owners.view(batch, beam)[:, 0]
+            if not bool((owners.view(batch, beam) == targets[:, None]).all()):
+                raise ValueError(
+                    f"each sentence's {beam} slots must make one group of {self.group} "
+                    f"consecutive slots, got {slots.tolist()}"
+                )
+            rows = torch.arange(batch, device=src.device)
         encoded = self.model.encode(src)
-        rows = torch.arange(src.size(0), device=src.device).repeat_interleave(beam)
         length = src.size(1)
         for i, layer in enumerate(self.model.decoder.layers):
             keys, values = _cross_keys_values(layer.cross_attn, encoded.hidden)  # (B, Hkv, S', D)
-            self.cross_keys[i][slots] = 0
-            self.cross_values[i][slots] = 0
-            self.cross_keys[i][slots, :, :length] = keys.index_select(0, rows).to(self.dtype)
-            self.cross_values[i][slots, :, :length] = values.index_select(0, rows).to(self.dtype)
-        self.source_mask[slots] = False
-        self.source_mask[slots, :length] = encoded.real_tokens.index_select(0, rows)
-        self._source_end = max(self._source_end, length)
+            self.cross_keys[i][targets] = 0
+            self.cross_values[i][targets] = 0
+            self.cross_keys[i][targets, :, :length] = keys.index_select(0, rows).to(self.dtype)
+            self.cross_values[i][targets, :, :length] = values.index_select(0, rows).to(self.dtype)
+        real = encoded.real_tokens.index_select(0, rows)  # (targets, S')
+        self.source_mask[targets] = False
+        self.source_mask[targets, :length] = real
+        # one past each source's last real token (padding may only follow it)
+        reach = torch.arange(1, length + 1, device=real.device)
+        self.source_ends[targets] = (real * reach).amax(dim=1)
         return encoded.real_tokens.sum(dim=1)
+
+    @torch.no_grad()
+    def release(self, slots: Tensor) -> None:
+        """Mark `slots` empty (their sentence left): an eager step no longer attends their
+        source, and they attend junk until `load_source` or `load_prompt` fills them
+        again (their own outputs are junk, never NaN).
+
+        Args:
+            slots: (M,) slot indices (with `group` > 1: whole groups).
+        """
+        groups = slots // self.group
+        self.source_mask[groups] = False
+        self.source_ends[groups] = 0
 
     @torch.no_grad()
     def load_prompt(self, slots: Tensor, prompt: Tensor, beam: int = 1) -> Tensor:
@@ -255,37 +329,75 @@ class StaticStep:
         """
         end = self.max_target if length is None else min(length, self.max_target)
         for store in (*self.self_keys, *self.self_values):
-            store[targets, :, :end] = store[sources, :, :end]
+            written = store.narrow(2, 0, end)  # (N, Hkv, end, Dk): a view
+            written.index_copy_(0, targets, written.index_select(0, sources))
+
+    @torch.no_grad()
+    def copy_ranges(self, targets: Tensor, sources: Tensor, starts: Tensor, ends: Tensor) -> None:
+        """`copy_slots` of positions `starts[i]` .. `ends[i]` - 1 only, per copy i: beam
+        search's reorder where a slot already holds the keys and values of the parent's
+        prefix up to `starts[i]` (the hypotheses share it). Targets and sources must not
+        overlap.
+
+        Args:
+            targets, sources: (M,) slot indices.
+            starts, ends: (M,) positions; nothing is copied where ends <= starts.
+        """
+        lengths = (ends.clamp(max=self.max_target) - starts).clamp(min=0)
+        copy = torch.repeat_interleave(
+            torch.arange(lengths.numel(), device=lengths.device), lengths
+        )
+        if copy.numel() == 0:
+            return
+        # (P,) each copied position: copy i's ends[i] - starts[i] of them in turn
+        before = lengths.cumsum(0) - lengths
+        positions = starts[copy] + torch.arange(copy.numel(), device=copy.device) - before[copy]
+        to, source = targets[copy], sources[copy]
+        for store in (*self.self_keys, *self.self_values):
+            store[to, :, positions] = store[source, :, positions]  # (P, Hkv, Dk)
 
     # ----- the step ----------------------------------------------------------------
 
-    def logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
+    def logits(self, tokens: Tensor, positions: Tensor, order: Tensor | None = None) -> Tensor:
         """One step over every slot: each slot's token at its position in, logits out.
 
         Args:
             tokens: (N,) int64, the newest token of each slot; an eager step (not
-                compiled) also takes the first M < N slots alone, (M,).
+                compiled) also takes the first M < N slots alone, (M,), M a multiple
+                of `group`.
             positions: (N,) int64, its position (0 for bos), below `max_target`; a slot's
                 keys and values at earlier positions must have been written.
+            order: (R,) the slots whose logits to return, in this order (default: all,
+                in slot order); an eager step projects only these onto the vocabulary.
 
         Returns:
-            (N, V) logits in the model's dtype (compiled or not, as `compile` left it).
+            (N, V) logits in the model's dtype (compiled or not, as `compile` left it);
+            (R, V) with `order`.
 
         Raises:
             ValueError: another number of slots (naming what the step takes).
         """
         with torch.no_grad():
-            return self._steps[False](tokens, positions)
+            return self._run(False, tokens, positions, order)
 
-    def log_probs(self, tokens: Tensor, positions: Tensor) -> Tensor:
+    def log_probs(self, tokens: Tensor, positions: Tensor, order: Tensor | None = None) -> Tensor:
         """`logits`, then the search's log-softmax in float32 with pad and bos at -inf
         (`aiayn.inference.search.normalised`), in the same call.
 
         Returns:
-            (N, V) float32 (float64 for a float64 model) log-probabilities.
+            (N, V) float32 (float64 for a float64 model) log-probabilities; (R, V) with
+            `order`.
         """
         with torch.no_grad():
-            return self._steps[True](tokens, positions)
+            return self._run(True, tokens, positions, order)
+
+    def _run(self, log_probs: bool, tokens: Tensor, positions: Tensor, order: Tensor | None):
+        step = self._steps[log_probs]
+        if order is None:
+            return step(tokens, positions)
+        if log_probs in self._compiled:  # fixed shapes: every slot, then the rows asked for
+            return step(tokens, positions).index_select(0, order)
+        return step(tokens, positions, order)
 
     def compile(
         self, log_probs: bool = True, mode: str | None = None, ahead_of_time: bool = False
@@ -324,6 +436,7 @@ class StaticStep:
         for store, copy in zip(stores, saved, strict=True):
             store[:, :, :1] = copy
         self._steps[log_probs] = compiled
+        self._compiled.add(log_probs)
         self.compile_seconds = time.perf_counter() - began
         log.info(
             "compiled the decoding step for %d slots in %.1f s", self.slots, self.compile_seconds
@@ -383,8 +496,8 @@ class StaticStep:
 
         return run
 
-    def _log_probs(self, tokens: Tensor, positions: Tensor) -> Tensor:
-        return normalised(self.cfg, self._logits(tokens, positions))
+    def _log_probs(self, tokens: Tensor, positions: Tensor, order: Tensor | None = None) -> Tensor:
+        return normalised(self.cfg, self._logits(tokens, positions, order))
 
     def _unpack_products(self) -> None:
         """Plain copies of the frozen model's oneDNN-packed weights, for the compiler: an
@@ -412,7 +525,7 @@ class StaticStep:
         output = getattr(self.model, "output", None)  # the frozen forms' output product
         return self.model.project(hidden) if output is None else self._product(output, hidden)
 
-    def _logits(self, tokens: Tensor, positions: Tensor) -> Tensor:
+    def _logits(self, tokens: Tensor, positions: Tensor, order: Tensor | None = None) -> Tensor:
         """The step itself (see `logits`), every layer written out over fixed shapes."""
         decoder = self.model.decoder
         embedding = decoder.embedding
@@ -427,31 +540,60 @@ class StaticStep:
             x = x + self.position_table[positions][:, None]
         if embedding.norm is not None:
             x = embedding.norm(x)
-        # L positions attended: all the stores hold, or (eager) up to the furthest slot
-        end = int(positions.max()) + 1 if self.trim else self.max_target
-        source_end = max(self._source_end, 1) if self.trim else self.max_source
-        written = torch.arange(end, device=tokens.device) <= positions[:, None]
-        self_mask = written[:, None, None, :]  # (N, 1, 1, L)
-        bias = None
-        if self.bias_table is not None:  # (H, L, L): row p is the query at position p
-            bias = self.bias_table[:, positions, :end].transpose(0, 1)[:, :, None, :]
-        # an empty slot attends everything (finite junk, never NaN, which would reach the
-        # values a later sentence in that slot masks out: 0 x NaN is NaN)
-        source_mask = self.source_mask[:rows, :source_end]
-        source_mask = source_mask | ~source_mask.any(dim=1, keepdim=True)
-        cross_mask = source_mask[:, None, None, :]  # (N, 1, 1, S)
+        self_spans, cross_spans = self._spans(positions)
         for i, layer in enumerate(decoder.layers):
             h = layer.self_residual.sublayer_input(x)
-            out = self._self_attention(layer.self_attn, h, i, positions, self_mask, bias, end)
+            out = self._self_attention(layer.self_attn, h, i, positions, self_spans)
             x = layer.self_residual(x, out)
             if self.cross:
                 h = layer.cross_residual.sublayer_input(x)
-                out = self._cross_attention(layer.cross_attn, h, i, cross_mask, source_end)
+                out = self._cross_attention(layer.cross_attn, h, i, cross_spans)
                 x = layer.cross_residual(x, out)
             if layer.feed_forward is not None:
                 h = layer.ff_residual.sublayer_input(x)
                 x = layer.ff_residual(x, self._feed_forward(layer.feed_forward, h))
+        if order is not None:  # only these rows go on to the vocabulary
+            x = x.index_select(0, order)
         return self._project(decoder.final_norm(x))[:, 0]  # (N, V)
+
+    def _spans(self, positions: Tensor) -> tuple[list[_SelfSpan], list[_CrossSpan]]:
+        """What the slots attend, in calls over consecutive slot groups: a compiled step,
+        all L positions and S source positions of every slot in one call each (its fixed
+        shapes); an eager one, the positions written so far up to each call's furthest
+        slot, and the source positions up to its furthest source, the groups cut into
+        calls as `SPAN_COST` says."""
+        rows, group = positions.size(0), self.group
+        if rows % group:
+            raise ValueError(f"a step takes whole groups of {group} slots, got {rows}")
+        groups = rows // group
+        cross_bounds = []
+        if self.trim:
+            ends = (positions.view(groups, group).amax(dim=1) + 1).tolist()
+            self_bounds = _merged(ends, group)
+            if self.cross:
+                cross_bounds = _merged(self.source_ends[:groups].clamp(min=1).tolist(), 1)
+        else:
+            self_bounds = [(0, groups, self.max_target)]
+            if self.cross:
+                cross_bounds = [(0, groups, self.max_source)]
+        self_spans = []
+        for a, b, end in self_bounds:
+            at = positions[a * group : b * group]
+            written = torch.arange(end, device=positions.device) <= at[:, None]
+            bias = None
+            if self.bias_table is not None:  # (H, L, L): row p is the query at position p
+                bias = self.bias_table[:, at, :end].transpose(0, 1)[:, :, None, :]
+            self_spans.append(
+                _SelfSpan(slice(a * group, b * group), end, written[:, None, None, :], bias)
+            )
+        cross_spans = []
+        for a, b, end in cross_bounds:
+            # an empty group attends everything (finite junk, never NaN, which would reach
+            # the values a later sentence in its slots masks out: 0 x NaN is NaN)
+            source_mask = self.source_mask[a:b, :end]
+            source_mask = source_mask | ~source_mask.any(dim=1, keepdim=True)
+            cross_spans.append(_CrossSpan(slice(a, b), end, source_mask[:, None, None, :]))
+        return self_spans, cross_spans
 
     def _self_attention(
         self,
@@ -459,12 +601,10 @@ class StaticStep:
         h: Tensor,
         layer: int,
         positions: Tensor,
-        mask: Tensor,
-        bias: Tensor | None,
-        end: int,
+        spans: list[_SelfSpan],
     ) -> Tensor:
         """(N, 1, D) -> (N, 1, D): this step's keys and values written at `positions`,
-        then attended over the stores' first `end` positions."""
+        then attended, span by span, over the stores' positions written so far."""
         if isinstance(attention, FrozenSelfAttention):
             q, k, v = self._product(attention.qkv_proj, h).split(attention.sizes, dim=-1)
         else:
@@ -478,15 +618,20 @@ class StaticStep:
         keys, values = self.self_keys[layer][:rows], self.self_values[layer][:rows]
         where = positions[:, None, None, None]
         k, v = k.to(keys.dtype), v.to(values.dtype)
-        if self._written is None:
-            keys.scatter_(2, where.expand(k.shape), k)  # (N, Hkv, L, Dk)
-            values.scatter_(2, where.expand(v.shape), v)
+        if self._written is None:  # (N, Hkv, L, Dk) written at (slot, :, its position)
+            slots = torch.arange(rows, device=positions.device)
+            keys[slots, :, positions] = k[:, :, 0]
+            values[slots, :, positions] = v[:, :, 0]
         else:  # exported: the caller writes them (AOTInductor leaves its inputs unchanged)
             keys = keys.scatter(2, where.expand(k.shape), k)
             values = values.scatter(2, where.expand(v.shape), v)
             self._written += [k, v]
-        keys, values = keys[:, :, :end], values[:, :, :end]
-        out = _attend(q, keys, values, mask, bias, attention.kv_of_head)
+        out = _joined(
+            _attend(q[span.rows], keys[span.rows, :, : span.end],
+                    values[span.rows, :, : span.end], span.mask, span.bias,
+                    attention.kv_of_head)
+            for span in spans
+        )  # fmt: skip
         return self._output(attention, out)
 
     def _cross_attention(
@@ -494,16 +639,24 @@ class StaticStep:
         attention: MultiHeadAttention | FrozenCrossAttention,
         h: Tensor,
         layer: int,
-        mask: Tensor,
-        end: int,
+        spans: list[_CrossSpan],
     ) -> Tensor:
-        """(N, 1, D) -> (N, 1, D): attend the stored source of each slot (its first `end`
-        positions: where any source was written)."""
+        """(N, 1, D) -> (N, 1, D): attend the stored source of each slot, span by span
+        (as far as the span's furthest source reaches); a group's slots attend its one
+        source as `group` queries of one row."""
         q = split_heads(self._product(attention.q_proj, h), attention.n_heads)  # (N, H, 1, Dk)
-        rows = h.size(0)
-        keys = self.cross_keys[layer][:rows, :, :end]
-        values = self.cross_values[layer][:rows, :, :end]
-        out = _attend(q, keys, values, mask, None, attention.kv_of_head)
+        rows, heads, group = q.size(0), q.size(1), self.group
+        # (N, H, 1, Dk) -> (N / G, H, G, Dk): each group's queries side by side
+        q = q.view(rows // group, group, heads, -1).transpose(1, 2)
+        keys, values = self.cross_keys[layer], self.cross_values[layer]
+        out = _joined(
+            _attend(q[span.groups], keys[span.groups, :, : span.end],
+                    values[span.groups, :, : span.end], span.mask, None,
+                    attention.kv_of_head)
+            for span in spans
+        )  # fmt: skip
+        # (N / G, H, G, Dv) -> (N, H, 1, Dv)
+        out = out.transpose(1, 2).reshape(rows, heads, 1, -1)
         return self._output(attention, out)
 
     def _output(self, attention: nn.Module, out: Tensor) -> Tensor:
@@ -550,6 +703,30 @@ def _cross_keys_values(
     else:
         k, v = attention.k_proj(memory), attention.v_proj(memory)
     return split_heads(k, attention.n_kv_heads), split_heads(v, attention.n_kv_heads)
+
+
+def _merged(ends: list[int], rows: int) -> list[tuple[int, int, int]]:
+    """Consecutive units (slot groups of `rows` slots each, attending up to `ends`) cut
+    into calls: (first, past the last, positions attended) each. A unit joins the call
+    before it while the positions that adds (every slot attending the call's furthest)
+    cost at most what a call of its own would (`SPAN_COST`)."""
+    calls: list[tuple[int, int, int]] = []
+    for unit, end in enumerate(ends):
+        if calls:
+            first, _, furthest = calls[-1]
+            together = (unit + 1 - first) * rows * max(furthest, end)
+            apart = (unit - first) * rows * furthest + rows * end + SPAN_COST
+            if together <= apart:
+                calls[-1] = (first, unit + 1, max(furthest, end))
+                continue
+        calls.append((unit, unit + 1, end))
+    return calls
+
+
+def _joined(parts: Iterable[Tensor]) -> Tensor:
+    """The spans' outputs, in slot order (one span: itself, not a copy)."""
+    parts = list(parts)
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 def _attend(
