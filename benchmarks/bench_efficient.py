@@ -432,6 +432,8 @@ def main() -> None:
     if unknown:
         parser.error(f"--kernels: {unknown} cannot run {args.task}; choose from {task.kernels}")
     args.results = args.results or f"efficient-{args.task}"
+    if args.device.startswith("cuda"):
+        import torch  # noqa: F401 (imported here, so the results file names the GPU)
     write_data(args.task, args.data, args.scale)
     args.workdir.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()

@@ -778,7 +778,7 @@ def span(values: list[float]) -> str:
 # The decoding-engine issue's serving and file-translation goals: the results files
 # they are judged from, once those exist.
 ENGINE_FILES = {
-    "serve": "serve-continuous-rows",
+    "serve": "serve-continuous-groups",
     "translate": "translate",
     "generate": "generate-engine",
     "overhead": "step-overhead",
@@ -1665,7 +1665,8 @@ def efficient_task(name: str) -> str:
         )
     said = (
         f"{len(data['runs'])} runs, seeds {seeds} per kernel, "
-        f"{data['args']['parallel']} at a time on one {device}; {about} {said_baselines}"
+        f"{min(int(data['args']['parallel']), len(data['runs']))} at a time on one {device}; "
+        f"{about} {said_baselines}"
     )
     return "\n\n".join([table(headers, rows, left=1), said, source(name, data)])
 
@@ -1693,6 +1694,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "serve-continuous": lambda: serve("serve-continuous"),
     "serve-dynamic": lambda: serve("serve-dynamic"),
     "serve-continuous-rows": lambda: serve("serve-continuous-rows"),
+    "serve-continuous-groups": lambda: serve("serve-continuous-groups"),
     "generate-engine": generate_engine,
     "step-overhead": step_overhead,
     "gpu-decode": gpu_decode,
@@ -1760,6 +1762,7 @@ WHEN = {
     "serve-continuous": recorded("serve-continuous"),
     "serve-dynamic": recorded("serve-dynamic"),
     "serve-continuous-rows": recorded("serve-continuous-rows"),
+    "serve-continuous-groups": recorded("serve-continuous-groups"),
     "generate-engine": recorded("generate-engine"),
     "step-overhead": recorded("step-overhead"),
     "gpu-decode": recorded("decode-gpu-b256"),
