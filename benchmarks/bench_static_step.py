@@ -26,8 +26,10 @@ whole step, in one run (`--marian --slots 1 --results step-overhead`).
 Compile time is the first call's (compilation and warm-up), paid once per process
 and slot count. "outside GEMM" is one step's time less its matrix products', from
 `torch.profiler` (the issue's per-step overhead measure), for the eager systems.
-The machine's load average is printed with the results: on a shared machine the
-times are noisy, and only ratios of one run mean anything.
+The systems take turns for `--rounds` rounds, and each figure is the median over rounds
+of a round's median step: one round of a 2 ms step moves by half its value from run to
+run on this machine. The machine's load average is printed with the results: on a
+shared machine the times are noisy, and only ratios of one run mean anything.
 """
 
 from __future__ import annotations
@@ -113,19 +115,22 @@ def time_steps(step, n: int) -> list[float]:
 
 def gemm_ms(step, n: int) -> float:
     """Milliseconds per step in matrix products, from torch.profiler (its second run: the
-    first pays the profiler's start-up)."""
+    first pays the profiler's start-up), over the steps 1 ... n - 1 of an output: step 0,
+    where the cached search encodes its source, runs outside the profile, as the median
+    step time leaves it out."""
     from torch.profiler import ProfilerActivity, profile
 
     for _ in range(2):
+        step(0)
         with profile(activities=[ProfilerActivity.CPU]) as prof:
-            for i in range(n):
+            for i in range(1, n):
                 step(i)
     gemm_us = sum(
         e.self_cpu_time_total
         for e in prof.key_averages()
         if any(e.key.endswith(op) for op in GEMM_OPS)
     )
-    return gemm_us / 1000 / n
+    return gemm_us / 1000 / (n - 1)
 
 
 def measure(system: str, model, slots: int, steps: int, src_len: int) -> dict:
@@ -176,6 +181,32 @@ def measure(system: str, model, slots: int, steps: int, src_len: int) -> dict:
     return record
 
 
+def combine(measured: list[dict]) -> list[dict]:
+    """One record per (system, slots), in the order first measured: the median over rounds
+    of the step time and of the time outside GEMM, each round's values kept
+    (`*_rounds`), and the first round's compile time (later rounds reuse its cache). A
+    system that failed in any round keeps its first error."""
+    grouped: dict[tuple[str, int], list[dict]] = {}
+    for record in measured:
+        grouped.setdefault((record["system"], record["slots"]), []).append(record)
+    out = []
+    for (system, slots), rounds in grouped.items():
+        failed = [r for r in rounds if "error" in r]
+        if failed:
+            out.append(failed[0])
+            continue
+        record = {"system": system, "slots": slots, "rounds": len(rounds)}
+        if "compile_s" in rounds[0]:
+            record["compile_s"] = rounds[0]["compile_s"]
+        for key in ("ms_per_step", "outside_gemm_ms"):
+            values = [r[key] for r in rounds if key in r]
+            if values:
+                record[key] = statistics.median(values)
+                record[f"{key}_rounds"] = values
+        out.append(record)
+    return out
+
+
 def aoti_step(step):
     """The step exported (`torch.export`, caches as mutated buffers) and compiled ahead of
     time by AOTInductor; returns a function of (tokens, positions)."""
@@ -212,6 +243,7 @@ def main() -> None:
     parser.add_argument("--slots", default="1,32", help="rows per step, in turn")
     parser.add_argument("--steps", type=int, default=30, help="steps timed (and warmed up)")
     parser.add_argument("--src-len", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=5, help="turns of every system")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"of {SYSTEMS}")
     parser.add_argument("--quick", action="store_true", help="tiny model, 1 slot, 8 steps")
@@ -223,7 +255,7 @@ def main() -> None:
     parser.add_argument("--results", default="static_step", help="results file name")
     args = parser.parse_args()
     if args.quick:
-        args.size, args.slots, args.steps, args.src_len = "tiny", "1", 8, 10
+        args.size, args.slots, args.steps, args.src_len, args.rounds = "tiny", "1", 8, 10, 1
     # before torch starts OpenMP: AOTInductor's library would use every core otherwise
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # torch and CTranslate2 share it
@@ -240,24 +272,27 @@ def main() -> None:
         model = marian_model(args.size, workdir / "marian")
     else:
         model = build_model(args.size, max_len=max(64, args.steps + args.src_len + 2))
-    records = []
-    for slots in map(int, args.slots.split(",")):
-        for system in systems:
-            try:
-                if system in CT2_SYSTEMS:
-                    record = ct2_step(
-                        system, workdir / "marian", slots, args.steps, args.src_len, args.threads
-                    )
-                    records.append(record)
-                    continue
-                records.append(measure(system, model, slots, args.steps, args.src_len))
-            except Exception as err:  # a system this PyTorch cannot build is reported, not fatal
-                records.append({"system": system, "slots": slots, "error": repr(err)[:300]})
+    measured = []
+    for _ in range(args.rounds):  # the systems take turns, round by round
+        for slots in map(int, args.slots.split(",")):
+            for system in systems:
+                try:
+                    if system in CT2_SYSTEMS:
+                        marian = workdir / "marian"
+                        record = ct2_step(
+                            system, marian, slots, args.steps, args.src_len, args.threads
+                        )
+                    else:
+                        record = measure(system, model, slots, args.steps, args.src_len)
+                except Exception as err:  # a system this PyTorch cannot build is reported
+                    record = {"system": system, "slots": slots, "error": repr(err)[:300]}
+                measured.append(record)
+    records = combine(measured)
     load = os.getloadavg()
     print(
-        f"\nOne decoding step, {args.size} model, {args.threads} thread(s), median of "
-        f"{args.steps}; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
-        f"{common.device_name('cpu')}\n"
+        f"\nOne decoding step, {args.size} model, {args.threads} thread(s), median over "
+        f"{args.rounds} rounds of each round's median of {args.steps} steps; load average "
+        f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {common.device_name('cpu')}\n"
     )
     rows = [
         [

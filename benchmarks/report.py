@@ -745,7 +745,12 @@ def step_overhead(name: str = "step-overhead") -> str:
     headers = ["slots", "system", "ms/step", "outside GEMM ms", "compile s"]
     said = (
         f"Greedy steps of the `{data['args']['size']}` shape (a random Marian, the same "
-        f"weights in both), median of {data['args']['steps']}."
+        f"weights in both), median of {data['args']['steps']}"
+        + (
+            f" steps, then the median over {rounds} rounds, the systems taking turns."
+            if (rounds := data["args"].get("rounds", 1)) > 1
+            else "."
+        )
     )
     return "\n\n".join([said, table(headers, rows, left=2), source(name, data, needs_quiet=True)])
 
