@@ -46,6 +46,27 @@ def test_frozen_linear_equals_f_linear(path, relu, bias):
         torch.testing.assert_close(frozen(x), expected, rtol=0, atol=1e-5)
 
 
+def test_an_output_projection_takes_w_transposed_for_one_row_and_onednn_for_more(monkeypatch):
+    if not aiayn.inference.frozen._ONEDNN:
+        pytest.skip("PyTorch built without oneDNN")
+    monkeypatch.setattr(aiayn.inference.frozen, "PACK_MIN_ELEMENTS", 0)
+    weight, bias = torch.randn(40, 16), torch.randn(40)
+    frozen = FrozenLinear(weight, bias, keep_transposed=True)
+    assert frozen.packed is not None and frozen.weight_t is not None
+
+    def products(x):
+        with torch.profiler.profile() as prof:
+            out = frozen(x)
+        torch.testing.assert_close(out, F.linear(x, weight, bias), rtol=0, atol=1e-5)
+        names = {e.key for e in prof.key_averages()}
+        return "aten::addmm" in names, any("linear_pointwise" in n for n in names)
+
+    assert products(torch.randn(1, 1, 16)) == (True, False)  # a greedy step of one sentence
+    assert products(torch.randn(4, 1, 16)) == (False, True)  # beam 4: oneDNN, as before
+    packed_only = FrozenLinear(weight, bias)  # no W^T kept: one row stays on oneDNN
+    assert packed_only.weight_t is None
+
+
 def test_frozen_linear_in_bf16_and_float64(path):
     weight, bias = torch.randn(48, 64), torch.randn(48)
     x = torch.randn(20, 64)

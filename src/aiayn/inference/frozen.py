@@ -134,7 +134,7 @@ class FrozenLinear(nn.Module):
             weight = self.weight if self.weight is not None else self.weight_t.t()
             out = F.linear(x, weight, self.bias)
             return F.relu(out) if self.relu else out
-        if self.packed is not None:
+        if self.packed is not None and not self._one_row_transposed(x):
             if x.dtype != self.dtype:
                 raise TypeError(f"this product's weight is {self.dtype}; the input is {x.dtype}")
             attr = "relu" if self.relu else "none"
@@ -147,6 +147,18 @@ class FrozenLinear(nn.Module):
         )
         out = out.view(*x.shape[:-1], self.out_features)
         return out.relu_() if self.relu else out
+
+    def _one_row_transposed(self, x: Tensor) -> bool:
+        """One float32 row, and W^T kept beside the packed weight (the output projection):
+        MKL's product on W^T beats oneDNN's blocked one there, most for a large
+        vocabulary (a greedy batch-1 step of a 58,101-piece opus-mt projection: about
+        half the time; `benchmarks/bench_output_projection.py`)."""
+        return (
+            self.weight_t is not None
+            and self.dtype == torch.float32
+            and x.dtype == torch.float32
+            and x.numel() == self.in_features
+        )
 
     def extra_repr(self) -> str:
         packed = ", packed" if self.packed is not None else ""
