@@ -205,9 +205,8 @@ class Engine:
                 return True
         if request in self.request:
             group = self.request.index(request)
-            self.live[group] = False
             self.request[group] = -1
-            self._release(torch.tensor([group], device=self.live.device))
+            self._free(torch.tensor([group], device=self.live.device))
             return True
         return False
 
@@ -345,8 +344,7 @@ class Engine:
             tokens = [i for i in row[: row.index(self.cfg.eos_id)] if i != self.cfg.pad_id]
             done.append(Done(self.request[group], [Hypothesis(tokens, log_prob, log_prob)]))
             self.request[group] = -1
-        self.live[live[ended]] = False
-        self._release(live[ended])
+        self._free(live[ended])
         return done
 
     def _beam(self, live: Tensor, t: Tensor, log_probs: Tensor) -> list[Done]:
@@ -417,12 +415,12 @@ class Engine:
         for group, hypotheses in zip(live[done].tolist(), results, strict=True):
             out.append(Done(self.request[group], hypotheses))
             self.request[group] = -1
-        self.live[live[done]] = False
-        self._release(live[done])
+        self._free(live[done])
         return out
 
-    def _release(self, groups: Tensor) -> None:
-        """The step's slots of `groups` (left by their sentences) are empty again."""
+    def _free(self, groups: Tensor) -> None:
+        """`groups` (left by their sentences) are free, and their slots of the step empty."""
+        self.live[groups] = False
         if self.step.cross:
             self.step.release(self.row_slot[groups].view(-1))
 
