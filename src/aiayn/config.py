@@ -231,9 +231,10 @@ overflow it, and useful ones lie between 0 and 2."""
 
 
 SUBLAYER_KINDS = ("encoder.self", "decoder.self", "decoder.cross")
-POOLINGS = ("mean", "first")  # ModelConfig.pooling: how encoder_classifier reads a sequence
 """The kinds of attention sub-layer; a sub-layer is named "encoder.I.self",
 "decoder.I.self" or "decoder.I.cross" (I its layer, from 0)."""
+
+POOLINGS = ("mean", "first")  # ModelConfig.pooling: how encoder_classifier reads a sequence
 
 
 def split_sublayer(name: str) -> tuple[str, int, str]:

@@ -48,7 +48,8 @@ class EncoderClassifier(EncoderOnly):
         """
         states = self.encode(ids, token_types)  # (B, T, D)
         if self.cfg.pooling == "first":
-            return self.project(self.mlm_head(states[:, 0]))  # (B, V)
-        real = (ids != self.cfg.pad_id).unsqueeze(-1).to(states.dtype)  # (B, T, 1)
-        pooled = (states * real).sum(dim=1) / real.sum(dim=1).clamp(min=1.0)  # (B, D)
+            pooled = states[:, 0]  # (B, D)
+        else:
+            real = (ids != self.cfg.pad_id).unsqueeze(-1).to(states.dtype)  # (B, T, 1)
+            pooled = (states * real).sum(dim=1) / real.sum(dim=1).clamp(min=1.0)  # (B, D)
         return self.project(self.mlm_head(pooled))  # (B, V)
