@@ -176,11 +176,14 @@ def pieces_per_character(data: Path, split: str) -> float:
     from aiayn.data.lm import read_documents
     from aiayn.data.tokenizer import SentencePieceTokenizer
 
-    corpus = PreparedCorpus.load(data)
-    documents = read_documents(corpus, split)
+    documents = read_documents(PreparedCorpus.load(data), split)
     tokenizer = SentencePieceTokenizer.load(data / "spm.model")
-    pieces = sum(len(ids) + 1 for ids in tokenizer.encode_batch(documents))
-    return pieces / sum(len(d) + 1 for d in documents)
+    return _pieces_per_character(documents, tokenizer.encode_batch(documents))
+
+
+def _pieces_per_character(documents: list[str], ids: list[list[int]]) -> float:
+    """`pieces_per_character` of documents already read and encoded."""
+    return sum(len(row) + 1 for row in ids) / sum(len(d) + 1 for d in documents)
 
 
 def bits_per_character(nats_per_piece: float, data: Path, split: str) -> float:
@@ -200,7 +203,8 @@ def test_bits_per_char(run: Path, data: Path, device: str) -> tuple[float, int]:
 
     model = best_model(run, device)
     tokenizer = SentencePieceTokenizer.load(run / "spm.model")
-    documents = tokenizer.encode_batch(read_documents(PreparedCorpus.load(data), "test"))
+    texts = read_documents(PreparedCorpus.load(data), "test")
+    documents = tokenizer.encode_batch(texts)
     blocks = torch.tensor(pack(documents, model.cfg.eos_id, model.cfg.max_len + 1, 1).blocks)
     nats, count = 0.0, 0
     with torch.no_grad():
@@ -210,7 +214,8 @@ def test_bits_per_char(run: Path, data: Path, device: str) -> tuple[float, int]:
             targets = chunk[:, 1:]
             nats += F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum").item()
             count += targets.numel()
-    return bits_per_character(nats / count, data, "test"), count
+    ratio = _pieces_per_character(texts, documents)
+    return nats / count * ratio / math.log(2), count
 
 
 def worker(args: argparse.Namespace) -> None:
