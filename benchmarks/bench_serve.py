@@ -40,12 +40,9 @@ from benchmarks import common
 
 def test_sentences(run: Path) -> list[str]:
     """Source sentences of the test split of the corpus named by RUN/config.yaml."""
-    from aiayn.data.corpus import PreparedCorpus
     from aiayn.files import read_lines
-    from aiayn.training.recipe import load_recipe
 
-    corpus = PreparedCorpus.load(load_recipe(run / "config.yaml").corpus)
-    return [line for line in read_lines(corpus.files("test")[0]) if line.strip()]
+    return [line for line in read_lines(common.test_files(run)[0]) if line.strip()]
 
 
 class ServerProcess:

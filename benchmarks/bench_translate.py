@@ -60,9 +60,7 @@ def translate(run: Path, source: Path, out: Path, system: str, args, threads: in
 def main() -> None:
     import sacrebleu
 
-    from aiayn.data.corpus import PreparedCorpus
     from aiayn.files import read_lines
-    from aiayn.training.recipe import load_recipe
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, required=True)
@@ -74,8 +72,7 @@ def main() -> None:
     parser.add_argument("--results", default="translate")
     args = parser.parse_args()
     systems = args.systems.split(",")
-    corpus = PreparedCorpus.load(load_recipe(args.run / "config.yaml").corpus)
-    source, reference = corpus.files("test")
+    source, reference = common.test_files(args.run)
     refs = read_lines(reference)
     n = len(read_lines(source))
     cells, rows = [], []

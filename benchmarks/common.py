@@ -35,6 +35,16 @@ ROOT = Path(__file__).resolve().parents[1]  # the repository: benchmarks run fro
 RESULTS = ROOT / "benchmarks" / "results"
 
 
+def test_files(run: Path) -> tuple[Path, Path]:
+    """The source and reference files of the test split of the corpus RUN/config.yaml
+    names (the quickstart's: 296 verses)."""
+    from aiayn.data.corpus import PreparedCorpus
+    from aiayn.training.recipe import load_recipe
+
+    source, reference = PreparedCorpus.load(load_recipe(run / "config.yaml").corpus).files("test")
+    return source, reference
+
+
 def source_ids(batch: int, length: int, seed: int = 0) -> list[list[int]]:
     """Sentences of `length` ids: random ids, then eos (no pad, eos or unk inside)."""
     import random

@@ -20,6 +20,8 @@ import cProfile
 import pstats
 from pathlib import Path
 
+from benchmarks import common
+
 # (part, the functions whose cumulative time it is: file name ends, function name)
 PARTS = {
     "batches": [
@@ -72,9 +74,7 @@ def report(name: str, stats: pstats.Stats, top: int) -> None:
 
 def main() -> None:
     from aiayn.apps.translate import Translator
-    from aiayn.data.corpus import PreparedCorpus
     from aiayn.files import read_lines
-    from aiayn.training.recipe import load_recipe
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, required=True)
@@ -84,8 +84,7 @@ def main() -> None:
     parser.add_argument("--alpha", type=float, default=1.0)
     parser.add_argument("--top", type=int, default=15)
     args = parser.parse_args()
-    corpus = PreparedCorpus.load(load_recipe(args.run / "config.yaml").corpus)
-    source, _ = corpus.files("test")
+    source, _ = common.test_files(args.run)
     translator = Translator.load(args.run)
     config = translator.decode_config(beam=args.beam, alpha=args.alpha)
     rows = translator.encode(read_lines(source)[: args.sentences])
