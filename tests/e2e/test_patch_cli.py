@@ -65,6 +65,41 @@ def test_a_gpt_run_patches_its_prompt(runs, tmp_path):
     assert effect[0, 1:].abs().max().item() < 1e-6
 
 
+@pytest.mark.parametrize("target", ["garden", "garden."])  # one token, then several
+def test_a_gpt_run_scores_the_target_after_the_prompt(runs, tmp_path, target):
+    out = tmp_path / "out"
+    args = [
+        "patch",
+        str(runs["gpt"]),
+        "--clean",
+        CLEAN,
+        "--corrupt",
+        CORRUPT,
+        "--metric",
+        "logprob",
+    ]
+    result = CliRunner().invoke(app, [*args, "--target", target, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    record = _written(out)
+
+    model, tokenizer = _model(runs["gpt"])
+    target_ids = tokenizer.encode(target)
+
+    def logprob(prompt: str) -> float:
+        """log P(target | prompt) = sum over i of log P(target_i | prompt + target[:i])."""
+        ids = tokenizer.encode(prompt)
+        total = 0.0
+        for token in target_ids:
+            with torch.no_grad():
+                logits = model(torch.tensor([ids]))[0, -1]
+            total += float(torch.log_softmax(logits, -1)[token])
+            ids = [*ids, token]
+        return total
+
+    assert record["clean_metric"] == pytest.approx(logprob(CLEAN), abs=1e-4)
+    assert record["corrupt_metric"] == pytest.approx(logprob(CORRUPT), abs=1e-4)
+
+
 def test_a_translation_run_patches_its_source_and_scores_the_reference(runs, tmp_path):
     out = tmp_path / "out"
     args = ["patch", str(runs["mt"]), "--clean", CLEAN, "--corrupt", CORRUPT, "--metric", "logprob"]

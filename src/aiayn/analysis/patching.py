@@ -431,6 +431,9 @@ def text_inputs(
             target_ids=[*target_ids, cfg.eos_id],
             start=0,
         )
+    # The prompt's last position predicts the target's first token: its index in the
+    # prompt, taken before the target is appended.
+    start = len(a) - 1
     a, b = a + target_ids, b + target_ids
     return TextInputs(
         clean=(tensor(a),),
@@ -438,7 +441,7 @@ def text_inputs(
         source_pieces=[],
         target_pieces=[_pair_label(tokenizer, x, y) for x, y in zip(a, b, strict=True)],
         target_ids=target_ids,
-        start=len(a) - 1,
+        start=start,
     )
 
 
