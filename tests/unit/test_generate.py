@@ -190,6 +190,21 @@ def test_aiayn_generate_refuses_bad_input_in_one_line(lm_run: Path, args, messag
     assert "Traceback" not in result.output
 
 
+def test_a_prompt_that_fills_max_len_is_refused_by_the_static_step_before_any_output(
+    lm_run: Path, generator: Generator
+):
+    prompt = "house " * (MAX_LEN // 4)
+    assert len(generator.encode_prompt(prompt)) == MAX_LEN  # 4 pieces a word
+    default = CliRunner().invoke(app, ["generate", str(lm_run), prompt, "--greedy"])
+    assert default.exit_code == 0, default.output  # one token fits after it
+    result = CliRunner().invoke(app, ["generate", str(lm_run), prompt, "--greedy", "--static"])
+    assert result.exit_code == 1, result.output
+    assert result.stdout == ""
+    assert result.stderr.startswith("aiayn: error: ") and result.stderr.count("\n") == 1
+    assert f"max_len - 1 = {MAX_LEN - 1}" in result.stderr
+    assert "Traceback" not in result.output
+
+
 def test_each_command_refuses_a_checkpoint_of_another_shape(lm_run: Path, tmp_path: Path):
     translation_run = make_run(tmp_path)
     generate = CliRunner().invoke(app, ["generate", str(translation_run), "house"])

@@ -89,7 +89,8 @@ class Generator(ModelUser):
         Raises:
             ValueError: a model the static step does not cover (naming what).
         """
-        self.static = StaticDecoder(self.engine, slots=1, compile=compile)
+        max_len = self.engine.cfg.max_len
+        self.static = StaticDecoder(self.engine, slots=1, max_target=max_len, compile=compile)
 
     # ----- generating ---------------------------------------------------------
 
@@ -156,6 +157,8 @@ class Generator(ModelUser):
         """The prompt's ids, refused if empty or too long for the model's max_len.
 
         A prompt is refused rather than cut: which end to keep is the caller's choice.
+        The static step (`use_static_step`) holds the prompt and the token fed after it
+        in max_len positions, so there the prompt must be one token shorter.
         """
         ids = self.tokenizer.encode(prompt) if prompt.strip() else []
         if not ids:
@@ -165,6 +168,12 @@ class Generator(ModelUser):
             raise PromptError(
                 f"the prompt has {len(ids)} tokens, more than the model's max_len={max_len}: "
                 f"shorten it to at most {max_len} tokens"
+            )
+        if self.static is not None and len(ids) >= max_len:
+            raise PromptError(
+                f"the prompt has {len(ids)} tokens and the static step (--static, --compile) "
+                f"holds at most max_len - 1 = {max_len - 1}: shorten it, or decode without "
+                "--static"
             )
         return ids
 
