@@ -27,13 +27,16 @@ model's differences from the paper are `ModelConfig` fields, not special layers:
     cls.predictions.bias                 output_bias = True
 
 Special tokens: GPT-2's <|endoftext|> ends a text (eos_id). GPT-2 has no padding
-token and aiayn's search starts from bos, so pad_id = bos_id = the config's
-`pad_token_id`, or 0 when it names none; neither is ever fed to the model (a
-prompt stands for the start token, see `DecoderOnlyDecoding`), but the search
-never generates them (`aiayn.inference.search`), so a GPT-2 continuation through the
-search never contains token 0. BERT's pad_id is `pad_token_id`, bos_id and
-eos_id are [CLS] and [SEP], read from `vocab.txt` (or `cls_token_id` and
-`sep_token_id` in config.json).
+token and aiayn's search starts from bos, so pad_id = the config's `pad_token_id`,
+or 0 when it names none (or names eos), and bos_id = pad_id. Neither is ever fed to
+the model (a prompt stands for the start token, see `DecoderOnlyDecoding`), but the
+search never generates them (`aiayn.inference.search`), so a GPT-2 continuation
+through the search never contains token 0. A config whose `bos_token_id` is a token
+of its own, neither eos nor pad (an aiayn export's), keeps it as bos_id, so that an
+export read back never generates its bos either.
+
+BERT's pad_id is `pad_token_id`, bos_id and eos_id are [CLS] and [SEP], read from
+`vocab.txt` (or `cls_token_id` and `sep_token_id` in config.json).
 
 Configurations the mapping does not cover are refused with an `HFFormatError`
 naming the field, as are tensors it does not account for.
@@ -170,6 +173,10 @@ def gpt2_model_config(hf: dict[str, Any]) -> ModelConfig:
     pad_id = fields.int("pad_token_id", 0, low=0, high=vocab_size - 1)
     if pad_id == eos_id:
         pad_id = 0
+    # GPT-2's own bos is its eos (<|endoftext|>), which must stay generable.
+    bos_id = fields.int("bos_token_id", pad_id, low=0, high=vocab_size - 1)
+    if bos_id == eos_id:
+        bos_id = pad_id
     return _model_config(
         "gpt2",
         ModelConfig.gpt,
@@ -184,7 +191,7 @@ def gpt2_model_config(hf: dict[str, Any]) -> ModelConfig:
         attention_dropout=fields.probability("attn_pdrop", 0.1),
         layer_norm_eps=fields.float("layer_norm_epsilon", 1e-5, 1e-30, 1.0),
         pad_id=pad_id,
-        bos_id=pad_id,
+        bos_id=bos_id,
         eos_id=eos_id,
     )
 
