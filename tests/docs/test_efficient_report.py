@@ -1,4 +1,4 @@
-"""report.py's efficient-attention table: rendered from bench_attention's "efficient"
+"""The report's efficient-attention table: rendered from bench_attention's "efficient"
 record once it exists, with skipped cells, the crossover line and the decoding table."""
 
 from __future__ import annotations

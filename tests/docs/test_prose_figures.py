@@ -1,6 +1,6 @@
 """Every measured figure in the prose of README and docs/ comes from a results file (issue 34, item 3).
 
-The tables are rendered by `benchmarks/report.py` (`tests/docs/test_readme_figures.py`);
+The tables are rendered by `benchmarks/report/` (`tests/docs/test_readme_figures.py`);
 this file covers the rest: prose, and tables written by hand. A number with a unit
 (ms, s, BLEU, x, %, GFLOP/s, MiB, tok/s, ...) outside the rendered blocks and the
 code blocks passes only

@@ -1,4 +1,4 @@
-"""The measured tables of README.md and docs/ equal what benchmarks/report.py renders
+"""The measured tables of README.md and docs/ equal what benchmarks/report renders
 from the results files.
 
 A figure edited by hand in README or a docs page, or a results file re-measured without

@@ -1,5 +1,5 @@
 """The decoding benchmark's own arithmetic: per-cell ratios, memory, the synthetic corpus,
-and report.py's tables of its 8 cells and of memory (from a hand-made results file)."""
+and the report's tables of its 8 cells and of memory (from a hand-made results file)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from benchmarks import bench_decode
 from benchmarks import common as bench_common
 from benchmarks import report as bench_report
+from benchmarks.report import cpu_inference, pages, speed, verdicts
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +27,7 @@ def common():
 
 @pytest.fixture()
 def report():
-    return bench_report  # tests replace its `load` with monkeypatch
+    return bench_report  # tests replace its `load` with monkeypatch; its pages read it there
 
 
 TIMES = {
@@ -190,7 +191,7 @@ DATA = {
 
 def test_the_cells_table_shows_each_thread_count_and_its_ratios(report, monkeypatch):
     monkeypatch.setattr(report, "load", lambda name: DATA)
-    lines = report.decode_cells().splitlines()
+    lines = speed.decode_cells().splitlines()
     header = lines[0]
     assert "| CT2 int8 | aiayn fp32 | aiayn int8, int8 output | best aiayn |" in header
     assert "| aiayn fp32 + shortlist |" not in header  # no tok/s column without its figures
@@ -201,12 +202,12 @@ def test_the_cells_table_shows_each_thread_count_and_its_ratios(report, monkeypa
     )
     assert rows[1].startswith("| 1 | small | greedy | 32 | 5,000 | 4,500 | 4,400 | aiayn fp32 |")
     assert "the fastest of aiayn int8, int8 output, aiayn fp32 (the run's" in " ".join(lines)
-    assert "frequent 1000, 20 per source piece" in report.decode_cells()
+    assert "frequent 1000, 20 per source piece" in speed.decode_cells()
 
 
 def test_the_memory_table_shows_the_first_thread_count(report, monkeypatch):
     monkeypatch.setattr(report, "load", lambda name: DATA)
-    text = report.decode_memory()
+    text = speed.decode_memory()
     assert "| base | aiayn int8 | 412 | 531 |" in text
     assert "| base | CTranslate2 int8 | 88 |  |" in text
     assert "999" not in text  # the 1-thread run's figures
@@ -221,10 +222,10 @@ def test_goals_judge_every_cell_of_the_first_thread_count(report, monkeypatch):
     monkeypatch.setattr(
         report, "load", lambda name: cells_only if name == "decode" else {"results": []}
     )
-    monkeypatch.setattr(report, "TRAIN_FILES", ())
-    monkeypatch.setattr(report, "ENGINE_FILES", NO_ENGINE_FILES)
-    monkeypatch.setattr(report, "has_cells", lambda name="decode": name == "decode")
-    text = report.goals()
+    monkeypatch.setattr(verdicts, "TRAIN_FILES", ())
+    monkeypatch.setattr(verdicts, "ENGINE_FILES", NO_ENGINE_FILES)
+    monkeypatch.setattr(verdicts, "has_cells", lambda name="decode": name == "decode")
+    text = verdicts.goals()
     assert (
         "| decoding, every cell | aiayn best / CTranslate2 int8 | best of the run's --best-of "
         in text
@@ -239,10 +240,10 @@ def test_goals_judge_every_cell_of_the_fair_race_at_both_thread_counts(report, m
     fair = {**DATA, "results": [], "best_rule": "preference"}
     old = {**DATA, "results": [], "cells": []}
     monkeypatch.setattr(report, "load", lambda name: {"decode": old, "decode-fair": fair}[name])
-    monkeypatch.setattr(report, "has_cells", lambda name="decode": name == "decode-fair")
-    monkeypatch.setattr(report, "TRAIN_FILES", ())
-    monkeypatch.setattr(report, "ENGINE_FILES", NO_ENGINE_FILES)
-    text = report.goals()
+    monkeypatch.setattr(verdicts, "has_cells", lambda name="decode": name == "decode-fair")
+    monkeypatch.setattr(verdicts, "TRAIN_FILES", ())
+    monkeypatch.setattr(verdicts, "ENGINE_FILES", NO_ENGINE_FILES)
+    text = verdicts.goals()
     row = (
         "| decoding, every cell, 1 and 2 threads | aiayn best / CTranslate2 int8 | fixed in advance"
     )
@@ -253,9 +254,9 @@ def test_goals_judge_every_cell_of_the_fair_race_at_both_thread_counts(report, m
 
 
 def test_new_tables_are_rendered_only_once_their_results_exist(report, monkeypatch):
-    monkeypatch.setattr(report, "WHEN", {name: lambda: False for name in report.WHEN})
-    rendered = report.render_all()
-    assert not set(report.WHEN) & set(rendered)
+    monkeypatch.setattr(pages, "WHEN", {name: lambda: False for name in pages.WHEN})
+    rendered = pages.render_all()
+    assert not set(pages.WHEN) & set(rendered)
     assert "decode" in rendered  # the tables without a condition still are
 
 
@@ -281,7 +282,7 @@ QUALITY = {
 
 def test_the_quality_table_gives_each_setting_against_fp32(report, monkeypatch):
     monkeypatch.setattr(report, "load", lambda name: QUALITY)
-    text = report.quality()
+    text = cpu_inference.quality()
     assert (
         "| int8 as `--dtype int8` runs this model: the FFN | 23.75 | -0.25 | 45.25 | 183/200 (91.5%) |"
         in text
@@ -302,7 +303,7 @@ def test_the_memory_table_gives_what_the_frozen_model_holds(report, monkeypatch)
         ],
     }  # fmt: skip
     monkeypatch.setattr(report, "load", lambda name: data)
-    text = report.memory()
+    text = cpu_inference.memory()
     assert "| base | before (`ead7eb6`) | fp32 | 180 | 700 | 540 (3.00x) |" in text
     assert "| base | now (`abc1234`) | int8 | 180 | 300 | 90 (0.50x) |" in text
 
@@ -320,7 +321,7 @@ def test_the_int8_kernel_table_marks_the_fastest_candidate(report, monkeypatch):
         ],
     }
     monkeypatch.setattr(report, "load", lambda name: data)
-    text = report.int8_kernels()
+    text = cpu_inference.int8_kernels()
     assert "| weight (out x in) | rows | fp32 us | int8 fbgemm | torch._int_mm |" in text
     assert "| base ffn1 | 4 | 40.0 | **1.61x** | 0.80x |" in text
     assert "base ffn1 2048 x 512" in text
@@ -346,15 +347,15 @@ def test_engine_goals_judge_serving_at_16_and_64_clients_and_a_file_against_batc
     }
     monkeypatch.setattr(report, "load", lambda name: {"s": serve, "t": translate}[name])
     monkeypatch.setattr(
-        report, "ENGINE_FILES", {"serve": "s", "translate": "t", "generate": "g", "overhead": "o"}
+        verdicts, "ENGINE_FILES", {"serve": "s", "translate": "t", "generate": "g", "overhead": "o"}
     )
-    rows = report.engine_goals(["s", "t"])
+    rows = verdicts.engine_goals(["s", "t"])
     assert rows == [
         ["serving, 16 clients", "continuous engine / one at a time", "fp32", [1.66], 5.0],
         ["serving, 64 clients", "continuous engine / one at a time", "fp32", [8.5], 8.0],
         ["translating a file, beam 8", "continuous engine / batches", "fp32", [0.38, 2.5], 2.0],
     ]  # the one-at-a-time and batches rows are the baselines, not judged
-    assert report.engine_goals(["s"]) == rows[:2]  # only the files that exist
+    assert verdicts.engine_goals(["s"]) == rows[:2]  # only the files that exist
 
 
 def test_the_batch_1_overhead_goal_divides_ct2s_whole_step_by_aiayns_time_outside_gemm(
@@ -369,8 +370,8 @@ def test_the_batch_1_overhead_goal_divides_ct2s_whole_step_by_aiayns_time_outsid
         ]
     }
     monkeypatch.setattr(report, "load", lambda name: overhead)
-    monkeypatch.setattr(report, "ENGINE_FILES", {**report.ENGINE_FILES, "overhead": "o"})
-    rows = report.engine_goals(["o"])
+    monkeypatch.setattr(verdicts, "ENGINE_FILES", {**verdicts.ENGINE_FILES, "overhead": "o"})
+    rows = verdicts.engine_goals(["o"])
     said = "CTranslate2's whole step / aiayn's step outside GEMM"
     assert rows == [
         ["decoding step, batch 1", said, "fp32", [pytest.approx(0.8)], 1.0],  # 0.6 / 0.75

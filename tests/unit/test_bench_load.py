@@ -1,6 +1,6 @@
 """Benchmarks under load: benchmarks/common.py records the load average before and after
 a run's timed part and the run's own start, marks a run whose other work came above 0.75
-of a core per core, and benchmarks/report.py shows that mark under the run's tables."""
+of a core per core, and benchmarks/report shows that mark under the run's tables."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 
 import benchmarks
 from benchmarks import report as bench_report
+from benchmarks.report import engine
 
 
 def _common_started(monkeypatch, load: tuple[float, float, float], at: str):
@@ -111,7 +112,7 @@ def test_a_quiet_run_is_recorded_quiet_without_a_warning(monkeypatch, tmp_path, 
     assert "warning" not in capsys.readouterr().err
 
 
-# ----- report.py: the mark under a table -------------------------------------------------
+# ----- the report: the mark under a table -------------------------------------------------
 
 SERVE = {
     "beam": 4,
@@ -147,7 +148,7 @@ def report(monkeypatch, tmp_path):
 
 def _serve_table(report, tmp_path, **provenance) -> str:
     (tmp_path / "serve.json").write_text(json.dumps({**SERVE, **provenance}))
-    return report.serve("serve")
+    return engine.serve("serve")
 
 
 def test_a_noisy_file_is_marked_under_its_table(report, tmp_path):

@@ -1,0 +1,5 @@
+"""`python -m benchmarks.report`: see the package's docstring."""
+
+from benchmarks.report.pages import main
+
+main()

@@ -1,0 +1,259 @@
+"""The tables of what a model learns and what it costs to look: positions, pruning,
+the model shapes, induction heads, alignment, export and the hook points."""
+
+from __future__ import annotations
+
+import statistics
+
+from benchmarks import report
+from benchmarks.report import number, source, table
+
+SCHEMES = {"sinusoidal": "sinusoidal (the paper)", "relative": "relative (T5 bias)"}
+
+
+def positions_extrapolation() -> str:
+    data = report.load("positions")["extrapolation"]
+    rows = []
+    for r in data["results"]:
+        exact, agree = r["exact_match"], r["token_agreement"]
+        rows.append(
+            [SCHEMES.get(r["scheme"], r["scheme"])]
+            + [f"{exact[k]:.1f}%" for k in ("in", "64", "128")]
+            + [f"{agree[k]:.1f}%" for k in ("in", "64", "128")]
+        )
+    headers = ["scheme", "exact, 1-32", "exact, 64", "exact, 128"]
+    headers += ["agreement, 1-32", "agreement, 64", "agreement, 128"]
+    line = source("positions", data, record="extrapolation")
+    return table(headers, rows, left=1) + "\n\n" + line
+
+
+def positions_bible() -> str:
+    data = report.load("positions")["bible"]
+    best = max(r["bleu"] for r in data["results"])
+    rows = []
+    for r in data["results"]:
+        bold = "**{}**" if r["bleu"] == best else "{}"
+        rows.append(
+            [
+                SCHEMES.get(r["scheme"], r["scheme"]),
+                bold.format(f"{r['bleu']:.2f}"),
+                bold.format(f"{r['chrf']:.2f}"),
+                f"{r['steps']:,}",
+                f"{r['epochs']:.2f}",
+            ]
+        )
+    headers = ["scheme", "test BLEU", "chrF", "steps in 15 min", "epochs"]
+    line = source("positions", data, record="bible")
+    return table(headers, rows, left=1) + "\n\n" + line
+
+
+PRUNED_KINDS = {"encoder.self": "encoder self", "decoder.self": "decoder self"}
+
+
+PRUNED_KINDS["decoder.cross"] = "encoder-decoder"
+
+
+def pruning() -> str:
+    data = report.load("pruning")
+    results = data["results"]
+    (unpruned,) = [r for r in results if r["kind"] is None]
+    heads = {round(r["heads_removed"] / r["fraction"]) for r in results if r["kind"]}
+    (total,) = heads
+    bleu = f"{unpruned['bleu']:.2f}"
+    rows = [["(none)", f"0 of {total}", bleu, bleu]]
+    for kind, label in PRUNED_KINDS.items():
+        for fraction in sorted({r["fraction"] for r in results if r["kind"] == kind}):
+            same = [r for r in results if r["kind"] == kind and r["fraction"] == fraction]
+            (ranked,) = [r for r in same if r["order"] == "importance"]
+            random = statistics.mean(r["bleu"] for r in same if r["order"].startswith("random"))
+            rows.append(
+                [
+                    label,
+                    f"{ranked['heads_removed']} of {total}",
+                    f"{ranked['bleu']:.2f}",
+                    f"{random:.2f}",
+                ]
+            )
+    headers = ["attention", "pruned", "BLEU, least important first", "BLEU, random order"]
+    return table(headers, rows) + "\n\n" + source("pruning", data)
+
+
+SHAPE_FILES = ("shapes", "shapes-prefix-lm")  # bench_shapes.py --name: runs added later
+
+
+SHAPE_NAMES = {
+    "encdec": ("encoder-decoder (the paper)", "`bible-en-es-cpu`"),
+    "gpt-translate": ("decoder-only translator", "`gpt-translate-bible-en-es-cpu`"),
+    "prefix-lm": ("prefix-LM translator", "`prefix-lm-translate-bible-en-es-cpu`"),
+    "gpt": ("GPT (decoder-only LM)", "`gpt-bible-en-cpu`"),
+    "bert": ("BERT (encoder-only MLM)", "`bert-bible-en-cpu`"),
+    "bert-prenorm": ("BERT, pre-norm", "`bert-bible-en-cpu` `model.norm_first=true`"),
+}
+
+
+def shapes() -> str:
+    """bench_shapes.py: one row per model shape, each trained with its recipe; the runs of
+    the files in `SHAPE_FILES` after shapes.json's own (each file keeps its provenance)."""
+    files = {
+        name: report.load(name)
+        for name in SHAPE_FILES
+        if (report.RESULTS / f"{name}.json").exists()
+    }
+    runs = {r["shape"]: r for data in files.values() for r in data["runs"]}
+    rows = []
+    for key, (label, recipe) in SHAPE_NAMES.items():
+        if key not in runs:
+            continue
+        r, test = runs[key], runs[key]["test"]
+        if "greedy_bleu" in test:
+            score = f"{test['greedy_bleu']:.2f} BLEU (greedy, en→es)"
+        elif "masked_accuracy" in test:
+            score = f"masked-token accuracy {100 * test['masked_accuracy']:.1f}%"
+        else:
+            score = f"perplexity {test['ppl']:.1f}"
+        rows.append(
+            [
+                label,
+                recipe,
+                f"{r['parameters']:,}",
+                f"{r['steps']:,}",
+                f"{r['epochs']:.2f}",
+                f"{number(r['tokens_per_s'])} ({number(r['target_tokens_per_s'])})",
+                score,
+            ]
+        )
+    headers = ["shape", "recipe", "parameters", "updates", "epochs"]
+    headers += ["training tokens/s (target tokens/s)", "test"]
+    notes = [
+        f"Conditions of `{name}.json`: {data['conditions']}.\n\n" + source(name, data)
+        for name, data in files.items()
+    ]
+    return table(headers, rows) + "\n\n" + "\n\n".join(notes)
+
+
+def induction() -> str:
+    """The induction-head runs: in-context loss over training and the final best heads."""
+    data = report.load("induction")
+    lines = []
+    for run in data["runs"]:
+        curve, model = run["curve"], run["model"]
+        lowest = min(curve, key=lambda r: r["in_context_loss"])
+        heads = ", ".join(
+            f"L{h['layer']}H{h['head']} {h['score']:.2f}" for h in run["top_induction"]
+        )
+        lines.append(
+            [
+                "attention-only" if model["d_ff"] == 0 else f"with FFN (d_ff {model['d_ff']})",
+                f"{curve[-1]['step']:,}",
+                f"{curve[-1]['loss']:.2f}",
+                f"{curve[0]['in_context_loss']:+.2f} (update {curve[0]['step']:,})",
+                f"{lowest['in_context_loss']:+.2f} (update {lowest['step']:,})",
+                f"{curve[-1]['in_context_loss']:+.2f}",
+                heads,
+            ]
+        )
+    headers = [
+        "model",
+        "updates",
+        "valid loss",
+        "in-context loss, first",
+        "lowest",
+        "last",
+        "best induction heads (prefix matching)",
+    ]
+    first = data["runs"][0]["model"]
+    notes = (
+        f"2 layers, d_model {first['d_model']}, {first['n_heads']} heads, blocks of "
+        f"{first['max_len']} tokens. In-context loss: the validation loss in the block's last "
+        "tenth minus around its first tenth (nats; below 0: later tokens are predicted "
+        "better, from the context). Prefix matching: on repeated random tokens, a head's "
+        "attention from a token of the second repeat to the token after its first "
+        "occurrence (1 is a perfect induction head). "
+        + data.get("note", "")
+        + " The curve: `benchmarks/results/induction.png`."
+    )
+    return "\n\n".join(
+        [table(headers, lines, left=1), notes, source("induction", data, timed=False)]
+    )
+
+
+def alignment() -> str:
+    """Cross-attention word alignment of the quickstart model: AER against IBM Model 1."""
+    data = report.load("alignment")
+    aer = data["aer"]
+    best = f"layer {data['best_layer']}"
+    described = {"rollout": "attention rollout", "diagonal": "diagonal (reads no model)"}
+    rows = [
+        [described.get(name, name) + (" (best layer)" if name == best else ""), f"{value:.3f}"]
+        for name, value in aer.items()
+    ]
+    model, results = data["model"], data.get("run_results", {})
+    bleu = f", test BLEU {results['bleu']}" if "bleu" in results else ""
+    notes = (
+        f"{data['pairs']} test verses ({data['skipped']} left out), {model['n_decoder_layers']} "
+        f"decoder layers of {model['n_heads']} heads{bleu}. Reference: IBM Model 1 ("
+        f"{data['model1_iterations']} EM iterations on {data['model1_pairs']:,} pairs: the "
+        "train split and the aligned verses); AER = 1 - 2|A∩R|/(|A|+|R|), summed over the "
+        "verses, 0 where attention links as Model 1 does. It measures agreement with "
+        "Model 1, which is itself often wrong. Run: " + data.get("note", "")
+    )
+    return "\n\n".join(
+        [
+            table(["alignment", "AER vs Model 1"], rows, left=1),
+            notes,
+            source("alignment", data, timed=False),
+        ]
+    )
+
+
+def export() -> str:
+    """The quickstart model exported to CTranslate2: each quantization's test BLEU."""
+    data = report.load("export")
+    rows = [
+        [
+            q["quantization"],
+            f"{q['bleu']:.2f}",
+            f"{q['chrf']:.2f}",
+            f"{q['bleu_against_float32']:.2f}",
+            f"{q['same_as_float32']:.0%}",
+        ]
+        for q in data["quantizations"]
+    ]
+    headers = [
+        "CTranslate2 compute type",
+        "test BLEU",
+        "chrF",
+        "BLEU vs float32",
+        "same as float32",
+    ]
+    notes = (
+        f"{data['sentences']} test verses, beam {data['beam']}, alpha {data['alpha']} "
+        "(CTranslate2's length penalty |Y|^alpha, not aiayn's GNMT form); aiayn's own test "
+        f"BLEU of the same weights: {data['quickstart_bleu']}. Run: " + data["args"].get("note", "")
+    )
+    return "\n\n".join([table(headers, rows, left=1), notes, source("export", data, timed=False)])
+
+
+def hooks() -> str:
+    """What the hook points cost when nothing listens (bench_hooks)."""
+    data = report.load("hooks")
+    rows = []
+    for name, r in data["results"].items():
+        ratios = [a / b for a, b in zip(r["shipped_s"], r["without_hook_points_s"], strict=True)]
+        rows.append(
+            [
+                name,
+                f"{statistics.median(r['shipped_s']) * 1e3:.1f}",
+                f"{statistics.median(r['without_hook_points_s']) * 1e3:.1f}",
+                f"{r['ratio']:.3f}",
+                f"{min(ratios):.2f}-{max(ratios):.2f}",
+            ]
+        )
+    headers = ["workload", "shipped ms", "without hook points ms", "ratio", "per-round range"]
+    notes = (
+        "The quickstart's shape (d_model 128, 3+3 layers, 8,000 pieces), fp32: a training "
+        "step of 32 x 30 tokens, forward and backward; greedy decoding of 8 sentences, 30 "
+        "steps. Ratio: shipped over without, the median of per-round ratios, the two "
+        "taking turns call by call (1.00: no cost)."
+    )
+    return "\n\n".join([table(headers, rows, left=1), notes, source("hooks", data)])

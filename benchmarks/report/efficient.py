@@ -1,0 +1,182 @@
+"""The attention kernels' tables: SDPA against the explicit path, the sliding window,
+the efficient kernels by length and their tasks (bench_attention, bench_efficient)."""
+
+from __future__ import annotations
+
+from benchmarks import report
+from benchmarks.report import number, source, table
+
+
+def attention(name: str = "attention") -> str:
+    data = report.load(name)
+    rows = []
+    for r in data["results"]:
+        skipped = "explicit_ms" not in r or r["explicit_ms"] is None
+        rows.append(
+            [
+                f"{r['length']:,}",
+                number(r["sdpa_ms"]),
+                number(r["sdpa_peak_mib"]),
+                "skipped" if skipped else number(r["explicit_ms"]),
+                "skipped" if skipped else number(r["explicit_peak_mib"]),
+            ]
+        )
+    headers = ["length", "SDPA ms", "SDPA peak MiB", "explicit ms", "explicit peak MiB"]
+    return table(headers, rows, left=1) + "\n\n" + source(name, data)
+
+
+def sliding_window(name: str = "attention") -> str:
+    data = report.load(name)["sliding_window"]
+    rows, notes = [], []
+    for r in data["results"]:
+        skipped = r.get("skipped", {})
+
+        def cell(kind: str, field: str, r=r) -> str:
+            value = r.get(f"{kind}_{field}")
+            return "skipped" if value is None else number(value)
+
+        notes += [f"{r['length']:,}, {kind}: {why}" for kind, why in skipped.items()]
+
+        rows.append(
+            [
+                f"{r['length']:,}",
+                number(r["sliding_ms"]),
+                number(r["sliding_train_ms"]),
+                number(r["sliding_peak_mib"]),
+                cell("band", "ms"),
+                cell("band", "peak_mib"),
+                cell("full", "ms"),
+                cell("full", "peak_mib"),
+            ]
+        )
+    headers = ["length", "sliding ms", "sliding fwd+bwd ms", "sliding peak MiB"]
+    headers += ["band-mask SDPA ms", "band-mask peak MiB", "full SDPA ms", "full SDPA peak MiB"]
+    line = source(name, data, record="sliding_window")
+    skipped = "Skipped: " + "; ".join(notes) + "." if notes else ""
+    return "\n\n".join(part for part in (table(headers, rows, left=1), skipped, line) if part)
+
+
+def efficient_attention(name: str = "attention") -> str:
+    """bench_attention --only efficient: each kernel's training pass by length, the
+    crossover against SDPA, and the causal kernels' decoding step by position."""
+    data = report.load(name)["efficient"]
+    kernels = ("sdpa", "sliding_window", "bigbird", "linear", "performer")
+    causal = ("sdpa", "sliding_window", "linear", "performer")
+
+    def cell(value: float | None) -> str:
+        return "skipped" if value is None else number(value)
+
+    rows = [
+        [r["device"], f"{r['length']:,}"]
+        + [cell(r[f"{k}_train{field}"]) for k in kernels for field in ("_ms", "_peak_mib")]
+        for r in data["results"]
+    ]
+    headers = ["device", "length"]
+    headers += [f"{k} {what}" for k in kernels for what in ("fwd+bwd ms", "peak MiB")]
+    crossing = "; ".join(
+        f"{device}: "
+        + ", ".join(f"{k} {'none' if n is None else f'{n:,}'}" for k, n in found.items())
+        for device, found in data["crossover"].items()
+    )
+    decode_rows = [
+        [r["device"], f"{r['position']:,}"]
+        + [number(r[f"{k}_{field}"]) for k in causal for field in ("step_ms", "cache_mib")]
+        for r in data["decoding"]
+    ]
+    decode_headers = ["device", "position"]
+    decode_headers += [f"{k} {what}" for k in causal for what in ("step ms", "cache MiB")]
+    return "\n\n".join(
+        [
+            table(headers, rows),
+            f"First length at which a kernel's forward + backward beats SDPA's: {crossing}.",
+            table(decode_headers, decode_rows),
+            source(name, data, record="efficient"),
+        ]
+    )
+
+
+def sdpa_backends(name: str = "attention-gpu") -> str:
+    """bench_attention --only backends: SDPA's CUDA backends, each forced, by length."""
+    data = report.load(name)["backends"]
+    kinds = {"flash": "FlashAttention", "efficient": "memory-efficient", "math": "math"}
+
+    def cell(value: float | None) -> str:
+        return "—" if value is None else number(value)
+
+    rows = [
+        [f"{r['length']:,}"]
+        + [cell(r[f"{k}_{field}"]) for k in kinds for field in ("train_ms", "peak_mib")]
+        for r in data["results"]
+    ]
+    headers = ["length"] + [f"{label} {what}" for label in kinds.values() for what in ("ms", "MiB")]
+    notes = [
+        f"{r['length']:,}, {kinds[k]}: {why}"
+        for r in data["results"]
+        for k, why in r.get("skipped", {}).items()
+    ]
+    skipped = "Not run: " + "; ".join(notes) + "." if notes else ""
+    parts = (table(headers, rows, left=1), skipped, source(name, data, record="backends"))
+    return "\n\n".join(part for part in parts if part)
+
+
+def efficient_task(name: str) -> str:
+    """bench_efficient: a task's test score per kernel over seeds (accuracy, or bits per
+    character), beside the baselines that read no context and, for ListOps, LRA's."""
+    data = report.load(name)
+    metric = data.get("metric", "accuracy")
+    lra = data.get("lra_listops")
+    digits = 1 if metric == "accuracy" else 2  # accuracy in %, bits per character
+    rows = []
+    for kernel, s in data["kernels"].items():
+        best = s.get(f"best_valid_{metric}")
+        row = [
+            kernel,
+            f"{s[f'test_{metric}']:.{digits}f} ± {s[f'test_{metric}_std']:.{digits}f}",
+            "—" if best is None else f"{best:.{digits}f}",
+            number(s["steps"]),
+            number(s["tokens_per_s"]) if "tokens_per_s" in s else "—",
+            number(s["peak_mib"]),
+        ]
+        if lra:
+            row.append(f"{lra[kernel]['accuracy']:.1f} ({lra[kernel]['model']})")
+        rows.append(row)
+    what = "accuracy %" if metric == "accuracy" else "bits per character"
+    headers = ["kernel", f"test {what} (mean ± std)", "best valid", "updates", "tokens/s"]
+    headers += ["peak MiB"] + (["LRA's ListOps %"] if lra else [])
+    # results before the baselines were grouped kept the majority class on its own
+    baselines = data.get("baselines") or {"majority_accuracy": data["majority_accuracy"]}
+    named = {
+        "majority_accuracy": "Always answering the most common class scores {test:.1f}% on "
+        "the test split and {valid:.1f}% on the validation split.",
+        "first_token_accuracy": "Answering the class most common in training after the "
+        "first token (the root operator) scores {test:.1f}% on test and {valid:.1f}% on "
+        "validation.",
+        "naive_bayes_accuracy": "A naive Bayes classifier of character 4-grams, which "
+        "reads the whole text without attention or training steps, scores {test:.1f}% on "
+        "test and {valid:.1f}% on validation.",
+        "unigram_bpc": "The training text's character frequencies, reading no context, "
+        "score {test:.2f} bits per character on test and {valid:.2f} on validation.",
+    }
+    said_baselines = " ".join(named[key].format(**value) for key, value in baselines.items())
+    seeds = ", ".join(map(str, sorted(next(iter(data["kernels"].values()))["seeds"])))
+    device = data.get("gpu", data["args"].get("device", ""))
+    task = data.get("task", "listops")
+    if task == "charlm":
+        about = "the English Bible (WEB), one piece per character, blocks of 2,048."
+    else:
+        sizes = data["data"]["sizes"]
+        what, unit = (
+            (f"ListOps at scale {data['data']['settings']['scale']:g}", "expressions")
+            if task == "listops"
+            else (f"the Bible's {len(data['data']['classes'])} genres", "passages, by chapter")
+        )
+        about = (
+            f"{what}: {sizes['train']:,} / {sizes['valid']:,} / {sizes['test']:,} train / "
+            f"valid / test {unit}, mean {data['mean_train_tokens']:,.0f} tokens."
+        )
+    said = (
+        f"{len(data['runs'])} runs, seeds {seeds} per kernel, "
+        f"{min(int(data['args']['parallel']), len(data['runs']))} at a time on one {device}; "
+        f"{about} {said_baselines}"
+    )
+    return "\n\n".join([table(headers, rows, left=1), said, source(name, data)])
