@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 import shutil
 
+import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -422,6 +423,21 @@ def test_ctranslate2_generator_continues_as_aiayn(exported, ct2_exports, name):
         expected = found[0][0].tokens[: GPT_LENGTH - len(prompt)]
         assert result.sequences_ids[0][: len(expected)] == expected
     assert len(int8.generate_batch(pieces, max_length=GPT_LENGTH - 6)) == len(rows)
+
+
+@pytest.mark.parametrize("positional", ["learned", "rotary"])  # GPT-2, GPT-NeoX
+@pytest.mark.parametrize("eps", [1e-6, 1e-2])
+def test_ctranslate2_runs_the_layer_norm_epsilon_of_the_model(spm, tmp_path, positional, eps):
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    model = gpt(positional=positional, layer_norm_eps=eps)
+    out = export_ctranslate2(model, tmp_path / "ct2", spm=spm)
+    ids = torch.randint(3, 48, (3, 10))
+    logits = ctranslate2.Generator(str(out)).forward_batch(ids.tolist())
+    with torch.no_grad():
+        # CTranslate2's default 1e-5 in place of 1e-6 moves them by 2e-4 here, 0.2 at 1e-2
+        torch.testing.assert_close(
+            torch.as_tensor(np.asarray(logits)), model(ids), atol=3e-5, rtol=0
+        )
 
 
 VARIANTS = {  # an untied output matrix, each activation, BERT without token types

@@ -38,6 +38,8 @@ def _ct2_converter(directory: Path, target: str) -> Any:
 
     - GPT-NeoX's loader reads transformers 4's names (embed_out, rotary_pct) and
       leaves the rotary base at 10000 whatever the config says.
+    - GPT-2's and GPT-NeoX's loaders set no layer_norm_epsilon, so CTranslate2 would
+      run their LayerNorms with its default 1e-5 whatever the config says.
     - Marian's loader drops the last row of the vocabulary (opus-mt's pad, which
       `transformers` appends) and starts the decoder from a zero vector (opus-mt's pad
       embedding); Pegasus's starts it from pad. An aiayn model's vocabulary is whole and
@@ -93,7 +95,16 @@ def _ct2_converter(directory: Path, target: str) -> Any:
                 layer.self_attention.rotary_base = base
             return spec
 
-    loader = {MARIAN: Marian, PEGASUS: Pegasus, GPT2: GPT2Loader, NEOX: NeoX}[target]()
+        def set_config(self, config: Any, model: Any, tokenizer: Any) -> None:
+            super().set_config(config, model, tokenizer)
+            config.layer_norm_epsilon = model.config.layer_norm_eps
+
+    class GPT(GPT2Loader):
+        def set_config(self, config: Any, model: Any, tokenizer: Any) -> None:
+            super().set_config(config, model, tokenizer)
+            config.layer_norm_epsilon = model.config.layer_norm_epsilon
+
+    loader = {MARIAN: Marian, PEGASUS: Pegasus, GPT2: GPT, NEOX: NeoX}[target]()
 
     class Converter(TransformersConverter):
         def _load(self) -> Any:
