@@ -387,6 +387,26 @@ def prepare_lm_text_command(
     _run_prepare_lm(lambda: prepare_lm_text(train, out, lang, valid, test, config), out)
 
 
+@prepare_lm_app.command("repeated")
+def prepare_lm_repeated_command(
+    out: str = _LM_OUT,
+    symbols: int = typer.Option(62, help="Alphabet size (2 ... 62: letters and digits)."),
+    min_length: int = typer.Option(8, help="Fewest symbols in a line's first half."),
+    max_length: int = typer.Option(48, help="Most symbols in a line's first half."),
+    lines: int = typer.Option(40_000, help="Training lines (valid and test get 200 each)."),
+    seed: int = typer.Option(0, help="Seed of the symbols drawn."),
+):
+    """Repeated random symbols, each line a random half then its copy, for induction
+    heads (aiayn.data.repeated); one id per symbol."""
+    from aiayn.data.repeated import RepeatedConfig, prepare_lm_repeated
+
+    def build():
+        config = RepeatedConfig(symbols, min_length, max_length, (lines, 200, 200), seed)
+        return prepare_lm_repeated(out, config)
+
+    _run_prepare_lm(build, out)
+
+
 # ----- training: train, average ----------------------------------------------
 
 

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.analysis.heads import plot_head_metric
@@ -52,7 +53,7 @@ from aiayn.analysis.viz import write_png
 from aiayn.files import write_atomic
 from aiayn.models.decoder_only import DecoderOnly
 from aiayn.nn.attention import MultiHeadAttention, regular_groups
-from aiayn.nn.hooks import run_with_cache
+from aiayn.nn.hooks import hooks, run_with_cache
 
 JSON_FILE = "induction.json"
 PNG_FILES = {  # score name -> its heat map
@@ -203,6 +204,72 @@ def previous_token_scores(model: nn.Module, ids: Tensor) -> Tensor:
     return _grid(rows)
 
 
+def _zero_heads(heads: Sequence[int]):
+    """A hook function that zeroes the given heads of a `hook_z` activation (B, H, T, Dv)."""
+
+    def zero(z: Tensor, _name: str) -> Tensor:
+        z = z.clone()
+        z[:, list(heads)] = 0.0
+        return z
+
+    return zero
+
+
+def repeat_losses(
+    model: nn.Module, ids: Tensor, ablate: Iterable[tuple[int, int]] = ()
+) -> tuple[float, float]:
+    """The mean next-token loss on the first repeat and on the repeated half, in nats.
+
+    On bos, T random tokens, the same T again (`repeated_random_tokens`), the first
+    repeat's tokens (positions 1 to T) can only be guessed; in the repeated half,
+    tokens T + 2 to 2T follow a token that occurred before, so an induction head can
+    copy them (token T + 1 follows the last token of the first repeat, which occurred
+    only there, and is left out). A model with induction heads has a much lower loss
+    on the repeated half; ablating them takes that gain away.
+
+    Args:
+        model: a decoder-only model (run in eval mode without gradients; its mode
+            is restored after).
+        ids: (B, 1 + 2T) from `repeated_random_tokens`.
+        ablate: (layer, head) pairs whose output before W^O (`hook_z`) is set to
+            zero at every position: zero ablation.
+
+    Returns:
+        (first-repeat loss, repeated-half loss), each averaged over its tokens and rows.
+
+    Raises:
+        ValueError: as `induction_scores`, or a layer or head out of range.
+    """
+    length = _repeat_length(ids)
+    model = _decoder_only(model)
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in ablate:
+        if not 0 <= layer < len(model.decoder.layers):
+            raise ValueError(
+                f"layer {layer} out of range: the model has {len(model.decoder.layers)}"
+            )
+        n_heads = model.decoder.layers[layer].self_attn.n_heads
+        if not 0 <= head < n_heads:
+            raise ValueError(f"head {head} out of range: layer {layer} has {n_heads}")
+        by_layer.setdefault(layer, []).append(head)
+    functions = {
+        f"decoder.layers.{layer}.self_attn.hook_z": _zero_heads(heads)
+        for layer, heads in by_layer.items()
+    }
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), hooks(model, functions):
+            logits = model(ids)  # (B, 1 + 2T, V)
+    finally:
+        model.train(was_training)
+    # column j predicts id j + 1
+    nll = F.cross_entropy(logits[:, :-1].float().transpose(1, 2), ids[:, 1:], reduction="none")
+    first = nll[:, :length]  # (B, T): ids 1 .. T
+    repeated = nll[:, length + 1 :]  # (B, T - 1): ids T + 2 .. 2T
+    return first.mean().item(), repeated.mean().item()
+
+
 def eigenvalue_copying(matrix: Tensor) -> float:
     """sum(eigenvalues) / sum(|eigenvalues|) of a square matrix: Elhage et al.'s copying
     statistic (see `copying_scores`); NaN for a matrix whose eigenvalues are all 0."""
@@ -229,6 +296,101 @@ def ov_factors(model: nn.Module, layer: int, head: int) -> tuple[Tensor, Tensor,
     w_o = attention.out_proj.weight[:, head * d_v : (head + 1) * d_v].T  # (Dv, D)
     w_e = model.decoder.embedding.tokens.weight  # (V, D)
     return w_e, w_v, w_o, model.output_weight().T
+
+
+def qk_factors(model: nn.Module, layer: int, head: int) -> tuple[Tensor, Tensor]:
+    """A head's query and key projections, in row-vector form: W_Q (D, Dk), W_K (D, Dk).
+
+    The attention score of a query row x_q and a key row x_k, before the 1/sqrt(d_k)
+    scale and biases, is x_q W_Q W_K^T x_k^T: the QK circuit W_Q W_K^T (D, D).
+    """
+    model = _decoder_only(model)
+    attention: MultiHeadAttention = model.decoder.layers[layer].self_attn
+    kv_of_head = attention.kv_of_head or regular_groups(attention.n_heads, attention.n_kv_heads)
+    d_k, kv = attention.d_k, kv_of_head[head]
+    w_q = attention.q_proj.weight[head * d_k : (head + 1) * d_k].T  # (D, Dk)
+    w_k = attention.k_proj.weight[kv * d_k : (kv + 1) * d_k].T  # (D, Dk)
+    return w_q, w_k
+
+
+@dataclass(frozen=True)
+class Composition:
+    """Elhage et al.'s composition scores between the heads of an earlier and a later layer.
+
+    Each grid is (H of the earlier layer, H of the later layer): entry [i, j] says how
+    much head j of the later layer reads what head i of the earlier layer writes,
+    through its queries (q), its keys (k) or its values (v). An induction head reads
+    its previous-token head through its keys: K-composition.
+    """
+
+    q: Tensor
+    k: Tensor
+    v: Tensor
+
+
+def _frobenius_ratio(left: Tensor, right: Tensor) -> float:
+    """||left @ right||_F / (||left||_F ||right||_F), in [0, 1]; NaN if either is zero."""
+    denominator = torch.linalg.matrix_norm(left) * torch.linalg.matrix_norm(right)
+    if denominator == 0:
+        return math.nan
+    return (torch.linalg.matrix_norm(left @ right) / denominator).item()
+
+
+def composition_scores(model: nn.Module, earlier: int = 0, later: int = 1) -> Composition:
+    """The Q-, K- and V-composition scores of every pair of heads of two layers.
+
+    Elhage et al. 2021 ("A Mathematical Framework for Transformer Circuits",
+    "Two-Layer Attention-Only Transformers"): with A = W_V W_O (D, D) the OV circuit
+    of a head of the earlier layer (what it writes, for what it reads), and
+    B = W_Q W_K^T (D, D), C = W_V W_O the QK and OV circuits of a head of the later
+    layer, all in row-vector form (x @ W), the scores are
+
+        Q-composition  ||A B||_F   / (||A||_F ||B||_F)     queries read its output
+        K-composition  ||B A^T||_F / (||A||_F ||B||_F)     keys read its output
+        V-composition  ||A C||_F   / (||A||_F ||C||_F)     values read its output
+
+    Each lies in [0, 1] (the Frobenius norm is submultiplicative). As the paper does,
+    LayerNorm, biases and the 1/sqrt(d_k) scale are left out. Random matrices of size
+    D score about 1/sqrt(D), not 0: compare a pair with the other pairs.
+
+    Args:
+        model: a decoder-only model.
+        earlier, later: the two layers, earlier < later.
+
+    Returns:
+        The three (H_earlier, H_later) grids, float32 (computed in float64).
+
+    Raises:
+        ValueError: a model that is not decoder-only, or layers out of order or range.
+    """
+    model = _decoder_only(model)
+    n_layers = len(model.decoder.layers)
+    if not 0 <= earlier < later < n_layers:
+        raise ValueError(
+            f"need 0 <= earlier < later < {n_layers} (the model's layers), "
+            f"got earlier={earlier}, later={later}"
+        )
+
+    def ov(layer: int, head: int) -> Tensor:
+        _, w_v, w_o, _ = ov_factors(model, layer, head)
+        return w_v.double() @ w_o.double()  # (D, D)
+
+    def qk(layer: int, head: int) -> Tensor:
+        w_q, w_k = qk_factors(model, layer, head)
+        return w_q.double() @ w_k.double().T  # (D, D)
+
+    sources = range(model.decoder.layers[earlier].self_attn.n_heads)
+    targets = range(model.decoder.layers[later].self_attn.n_heads)
+    grids = {name: torch.zeros(len(sources), len(targets)) for name in ("q", "k", "v")}
+    with torch.no_grad():
+        for i in sources:
+            a = ov(earlier, i)
+            for j in targets:
+                b, c = qk(later, j), ov(later, j)
+                grids["q"][i, j] = _frobenius_ratio(a, b)
+                grids["k"][i, j] = _frobenius_ratio(b, a.T)
+                grids["v"][i, j] = _frobenius_ratio(a, c)
+    return Composition(**grids)
 
 
 def copying_scores(model: nn.Module) -> Tensor:

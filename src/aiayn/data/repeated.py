@@ -1,0 +1,130 @@
+"""Repeated random tokens: a language-modelling corpus where only copying from context helps.
+
+Each document (line) is T symbols drawn uniformly at random, then the same T again:
+
+    q7Rk2Wq7Rk2W        (T = 6; T is drawn per line from [min_length, max_length])
+
+The first half cannot be predicted better than chance (ln of the alphabet's size, in
+nats per token); the second half can be predicted exactly, but only by a model that
+finds the earlier occurrence of the current symbol and copies the symbol after it:
+an induction head (Olsson et al. 2022, "In-context Learning and Induction Heads",
+whose small models are trained on such sequences). T varies from line to line, so
+no fixed offset ("attend T - 1 back") solves the task: the model has to match content.
+
+`prepare_lm_repeated` writes the lines as a monolingual corpus
+(`aiayn.data.lm.prepare_monolingual`, language code "rnd") with a character-level
+subword model: every symbol is one id, and sentencepiece puts its word marker "▁" in
+front of each line. `aiayn train` packs the lines, each followed by eos, into blocks
+as it does any text (`aiayn.data.lm.pack`). `symbol_ids` gives the ids of the
+alphabet, the tokens the test sequences of `aiayn.analysis.induction` should use.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import string
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from aiayn.data.corpus import SPLITS, PreparedCorpus
+from aiayn.data.lm import prepare_monolingual
+from aiayn.data.prepare import PrepareConfig
+from aiayn.data.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
+
+ALPHABET = string.ascii_letters + string.digits  # 62 symbols, each one character
+LANG = "rnd"  # the corpus files' suffix: train.rnd, valid.rnd, test.rnd
+SPECIAL_PIECES = 8  # pad, bos, eos, unk, [CLS], [SEP], [MASK] and the word marker "▁"
+
+
+@dataclass(frozen=True)
+class RepeatedConfig:
+    """How a repeated-random-token corpus is drawn.
+
+    Args:
+        n_symbols: the alphabet's size, the first n of `ALPHABET` (2 ... 62).
+        min_length, max_length: T, the symbols of one half, is drawn uniformly from
+            [min_length, max_length] for each line.
+        lines: documents per split ("train", "valid", "test").
+        seed: the random seed; the same settings give the same lines.
+
+    Raises:
+        ValueError: a setting out of range, naming it.
+    """
+
+    n_symbols: int = 62
+    min_length: int = 8
+    max_length: int = 48
+    lines: tuple[int, int, int] = (40_000, 200, 200)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.n_symbols <= len(ALPHABET):
+            raise ValueError(
+                f"RepeatedConfig.n_symbols must lie in [2, {len(ALPHABET)}], got {self.n_symbols}"
+            )
+        if not 1 <= self.min_length <= self.max_length:
+            raise ValueError(
+                "RepeatedConfig needs 1 <= min_length <= max_length, got "
+                f"{self.min_length} and {self.max_length}"
+            )
+        if len(self.lines) != len(SPLITS) or self.lines[0] < 1 or min(self.lines) < 0:
+            raise ValueError(
+                f"RepeatedConfig.lines must be {len(SPLITS)} counts (train >= 1), got {self.lines}"
+            )
+
+    @property
+    def alphabet(self) -> str:
+        """The symbols drawn from."""
+        return ALPHABET[: self.n_symbols]
+
+
+def draw_line(rng: random.Random, cfg: RepeatedConfig) -> str:
+    """One document: T random symbols, then the same T again."""
+    length = rng.randint(cfg.min_length, cfg.max_length)
+    half = "".join(rng.choices(cfg.alphabet, k=length))
+    return half + half
+
+
+def draw_lines(cfg: RepeatedConfig) -> dict[str, list[str]]:
+    """Each split's documents (`RepeatedConfig.lines` of them), from one generator seeded
+    by `cfg.seed`: train first, then valid, then test."""
+    rng = random.Random(cfg.seed)
+    return {
+        name: [draw_line(rng, cfg) for _ in range(count)]
+        for name, count in zip(SPLITS, cfg.lines, strict=True)
+    }
+
+
+def prepare_lm_repeated(out: str | Path, cfg: RepeatedConfig | None = None) -> PreparedCorpus:
+    """Draw the documents and write them as a monolingual corpus in `out`.
+
+    The subword model is character-level with room for every symbol, so each symbol
+    is one id (`symbol_ids`); stats.json records the settings as the source.
+
+    Args:
+        out: the corpus directory (created).
+        cfg: the settings (default `RepeatedConfig()`).
+
+    Returns:
+        The written corpus.
+    """
+    cfg = cfg or RepeatedConfig()
+    splits = draw_lines(cfg)
+    source = {"kind": "repeated random tokens", **asdict(cfg)}
+    config = PrepareConfig(vocab_size=SPECIAL_PIECES + cfg.n_symbols, model_type="char")
+    corpus = prepare_monolingual(splits, out, LANG, config, source)
+    log.info("wrote %d lines of repeated random symbols to %s", sum(cfg.lines), out)
+    return corpus
+
+
+def symbol_ids(tokenizer: Tokenizer) -> list[int]:
+    """The ids of the alphabet's symbols in `tokenizer`, in id order: every piece that is
+    one character of `ALPHABET` (not the specials, "[CLS]"... or the word marker)."""
+    return [
+        token_id
+        for token_id in range(tokenizer.vocab_size)
+        if (piece := tokenizer.id_to_piece(token_id)) in ALPHABET and len(piece) == 1
+    ]
