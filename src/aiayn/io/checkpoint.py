@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import time
@@ -118,7 +119,69 @@ def read_config(path: str | Path) -> ModelConfig:
         raise ValueError(f"{path} is not a readable safetensors checkpoint: {err}") from None
     if CONFIG_KEY not in metadata:
         raise ValueError(f"{path} has no aiayn model config in its metadata")
-    return ModelConfig.from_dict(json.loads(metadata[CONFIG_KEY]))
+    try:
+        values = json.loads(metadata[CONFIG_KEY])
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: its {CONFIG_KEY} metadata is not JSON: {err}") from None
+    if not isinstance(values, dict):
+        raise ValueError(
+            f"{path}: its {CONFIG_KEY} metadata is {type(values).__name__} "
+            f"{json.dumps(values)[:80]}, not a JSON object of ModelConfig fields: "
+            "the file is damaged or not written by aiayn"
+        )
+    try:
+        return ModelConfig.from_dict(values)
+    except (TypeError, ValueError) as err:
+        raise ValueError(
+            f"{path}: its {CONFIG_KEY} metadata is no valid model config: {err}"
+        ) from None
+
+
+def check_sizes(cfg: ModelConfig, path: str | Path) -> None:
+    """Refuse a config whose tensors are not the sizes the weights file stores, before
+    any memory is allocated for them (a damaged config's vocab_size of 1e11 would
+    otherwise ask for terabytes).
+
+    The model is built on the meta device (shapes only, no storage) and each tensor
+    the file stores is compared with the model's of the same name; missing and extra
+    names are left to the loading itself. A model that cannot be built there (a module
+    that needs real values to be made, as Performer's seeded directions) is held to a
+    lower bound instead: the file stores at least its token embedding and one
+    feed-forward matrix, vocab_size x d_model + d_ff x d_model numbers.
+
+    Raises:
+        ValueError: naming the file, the config's sizes, and the tensor and both
+            shapes (or the numbers the file holds against those the config needs).
+    """
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            names = list(f.keys())  # a safe_open is not iterable
+            stored = {name: tuple(f.get_slice(name).get_shape()) for name in names}
+    except (SafetensorError, OSError) as err:
+        raise ValueError(f"{path} is not a readable safetensors checkpoint: {err}") from None
+    sizes = ", ".join(
+        f"{field}={getattr(cfg, field)}" for field in ("vocab_size", "d_model", "d_ff", "max_len")
+    )
+    damaged = "the config does not belong to these weights (a damaged file?)"
+    try:
+        with torch.device("meta"):
+            model = build_model(cfg)
+    except (RuntimeError, NotImplementedError):  # a module that reads values as it is made
+        least = (cfg.vocab_size + cfg.d_ff) * cfg.d_model
+        held = sum(math.prod(shape) for shape in stored.values())
+        if least > held:
+            raise ValueError(
+                f"{path}: its model config ({sizes}) needs at least {least:,} weights, "
+                f"but the file holds {held:,}: {damaged}"
+            ) from None
+        return
+    expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    for name, shape in stored.items():
+        if name in expected and expected[name] != shape:
+            raise ValueError(
+                f"{path}: its model config ({sizes}) makes {name} of shape {expected[name]}, "
+                f"but the file stores it as {shape}: {damaged}"
+            )
 
 
 def load_model(
@@ -140,6 +203,7 @@ def load_model(
         ValueError: if the file is corrupt, foreign, or does not match its config.
     """
     cfg = read_config(path) if cfg is None else cfg
+    check_sizes(cfg, path)
     model = build_model(cfg)
     try:
         _load_into(model, path, str(device))
@@ -165,14 +229,40 @@ STEP_PREFIX = "step-"
 
 
 def step_of(checkpoint_dir: Path) -> int:
-    """The update count a step checkpoint directory is named after."""
-    return int(checkpoint_dir.name.removeprefix(STEP_PREFIX))
+    """The update count a step checkpoint directory is named after.
+
+    Raises:
+        ValueError: a name that is not step-NNNN (digits after the prefix), naming it.
+    """
+    digits = checkpoint_dir.name.removeprefix(STEP_PREFIX)
+    if not (checkpoint_dir.name.startswith(STEP_PREFIX) and digits.isascii() and digits.isdigit()):
+        raise ValueError(
+            f"{checkpoint_dir} is not a step checkpoint: its name is not {STEP_PREFIX}NUMBER"
+        )
+    return int(digits)
 
 
 def step_checkpoints(run_dir: str | Path) -> list[Path]:
-    """The run's step checkpoint directories, oldest first."""
+    """The run's step checkpoint directories, oldest first.
+
+    A directory named step-* whose suffix is not a number (step-abc, copied or renamed
+    by hand) is no checkpoint of the run: it is left out, with a warning naming it.
+    """
     root = Path(run_dir) / "checkpoints"
-    found = [d for d in root.glob(f"{STEP_PREFIX}*") if (d / WEIGHTS_FILE).is_file()]
+    found = []
+    for directory in root.glob(f"{STEP_PREFIX}*"):
+        if not (directory / WEIGHTS_FILE).is_file():
+            continue
+        try:
+            step_of(directory)
+        except ValueError:
+            log.warning(
+                "%s is not a step checkpoint (its name is not %sNUMBER): ignored",
+                directory,
+                STEP_PREFIX,
+            )
+            continue
+        found.append(directory)
     return sorted(found, key=step_of)
 
 
