@@ -112,6 +112,12 @@ _OUT = typer.Option(..., "--out", help="Directory to write (created if missing).
 _MAX_TOKENS = typer.Option(256, help="Drop training pairs longer than this, in subwords.")
 _MAX_RATIO = typer.Option(3.0, help="Drop training pairs whose sides differ more in length.")
 _SEED = typer.Option(0, help="Seed of the subword model's training sample.")
+_PREPARE_FORCE = typer.Option(
+    False,
+    "--force",
+    help="Replace the output directory, and everything in it, if it holds something (never "
+    "an input file, nor a directory inside or around one).",
+)
 
 
 def _prepare_config(
@@ -131,24 +137,26 @@ def _prepare_config(
         raise _fail(err) from None
 
 
-def _build_corpus(build, out: str, option: str = "--out"):
-    """Run a prepare function and return its corpus, or exit 1 with the error in one line."""
+def _build_corpus(build, out: str, option: str, inputs: list, force: bool):
+    """Run a prepare function and return its corpus, or exit 1 with the error in one line.
+
+    OUT is checked first (`aiayn.files.check_output`): never an input, nor inside or
+    around one; one that holds something only with --force."""
     import logging
 
     from aiayn.files import check_output
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
-        check_output(out, option, directory=True)
+        check_output(out, option, directory=True, reads=inputs, force=force)
         return build()
     except (OSError, ValueError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(1) from None
+        raise _fail(err) from None
 
 
-def _run_prepare(build, out: str) -> None:
+def _run_prepare(build, out: str, inputs: list, force: bool) -> None:
     """Run a prepare function; report the result, or the error without a traceback."""
-    corpus = _build_corpus(build, out)
+    corpus = _build_corpus(build, out, "--out", inputs, force)
     stats = corpus.stats
     for split, numbers in stats["splits"].items():
         dropped = ", ".join(f"{k} {v}" for k, v in numbers["dropped"].items() if v)
@@ -171,6 +179,7 @@ def prepare_bible_command(
     max_tokens: int = _MAX_TOKENS,
     max_ratio: float = _MAX_RATIO,
     seed: int = _SEED,
+    force: bool = _PREPARE_FORCE,
 ):
     """The built-in corpus: the Bible, English to Spanish, from Debian's SWORD modules."""
     from aiayn.data.bible import EnglishSource
@@ -181,7 +190,7 @@ def prepare_bible_command(
     except ValueError:
         raise typer.BadParameter(f"--src must be web or kjv, got {src!r}") from None
     config = _prepare_config(vocab_size, max_tokens, max_ratio, seed)
-    _run_prepare(lambda: prepare_bible(out, english, config), out)
+    _run_prepare(lambda: prepare_bible(out, english, config, force=force), out, [], force)
 
 
 @prepare_app.command("text")
@@ -201,6 +210,7 @@ def prepare_text_command(
     max_tokens: int = _MAX_TOKENS,
     max_ratio: float = _MAX_RATIO,
     seed: int = _SEED,
+    force: bool = _PREPARE_FORCE,
 ):
     """Aligned plain text files, one sentence per line (fairseq / OpenNMT style)."""
     from aiayn.data.prepare import prepare_text
@@ -212,9 +222,14 @@ def prepare_text_command(
 
     valid, test = both(src_valid, tgt_valid, "valid"), both(src_test, tgt_test, "test")
     config = _prepare_config(vocab_size, max_tokens, max_ratio, seed)
+    inputs = [src_train, tgt_train, *(valid or ()), *(test or ())]
     _run_prepare(
-        lambda: prepare_text((src_train, tgt_train), out, src_lang, tgt_lang, valid, test, config),
+        lambda: prepare_text(
+            (src_train, tgt_train), out, src_lang, tgt_lang, valid, test, config, force
+        ),
         out,
+        inputs,
+        force,
     )
 
 
@@ -230,12 +245,18 @@ def prepare_tsv_command(
     max_tokens: int = _MAX_TOKENS,
     max_ratio: float = _MAX_RATIO,
     seed: int = _SEED,
+    force: bool = _PREPARE_FORCE,
 ):
     """Files of two tab-separated columns: source, then target."""
     from aiayn.data.prepare import prepare_tsv
 
     config = _prepare_config(vocab_size, max_tokens, max_ratio, seed)
-    _run_prepare(lambda: prepare_tsv(train, out, src_lang, tgt_lang, valid, test, config), out)
+    _run_prepare(
+        lambda: prepare_tsv(train, out, src_lang, tgt_lang, valid, test, config, force),
+        out,
+        [train, valid, test],
+        force,
+    )
 
 
 @prepare_app.command("hf")
@@ -251,12 +272,19 @@ def prepare_hf_command(
     max_tokens: int = _MAX_TOKENS,
     max_ratio: float = _MAX_RATIO,
     seed: int = _SEED,
+    force: bool = _PREPARE_FORCE,
 ):
     """A Hugging Face datasets source (downloads when given a name; needs the hf extra)."""
     from aiayn.data.prepare import prepare_hf
 
     config = _prepare_config(vocab_size, max_tokens, max_ratio, seed)
-    _run_prepare(lambda: prepare_hf(name, out, src_lang, tgt_lang, config_name, config), out)
+    saved = [name] if Path(name).is_dir() else []  # a save_to_disk folder
+    _run_prepare(
+        lambda: prepare_hf(name, out, src_lang, tgt_lang, config_name, config, force),
+        out,
+        saved,
+        force,
+    )
 
 
 @prepare_app.command("listops")
@@ -331,9 +359,9 @@ _LM_MODEL_TYPE = typer.Option(
 )
 
 
-def _run_prepare_lm(build, out: str) -> None:
+def _run_prepare_lm(build, out: str, inputs: list | tuple = (), force: bool = False) -> None:
     """Run a monolingual prepare function; report the result, or the error in one line."""
-    corpus = _build_corpus(build, out, "OUT")
+    corpus = _build_corpus(build, out, "OUT", inputs, force)
     stats = corpus.stats
     for split, numbers in stats["splits"].items():
         typer.echo(
@@ -356,6 +384,7 @@ def prepare_lm_bible_command(
     vocab_size: int = typer.Option(8000, help="Subword vocabulary size."),
     seed: int = _SEED,
     model_type: str = _LM_MODEL_TYPE,
+    force: bool = _PREPARE_FORCE,
 ):
     """One side of the built-in Bible corpus, split by chapter exactly as `prepare bible`."""
     from aiayn.data.bible import EnglishSource
@@ -366,7 +395,9 @@ def prepare_lm_bible_command(
     except ValueError:
         raise typer.BadParameter(f"--src must be web or kjv, got {src!r}") from None
     config = _prepare_config(vocab_size, 256, 3.0, seed, model_type)
-    _run_prepare_lm(lambda: prepare_lm_bible(out, lang, english, config), out)
+    _run_prepare_lm(
+        lambda: prepare_lm_bible(out, lang, english, config, force=force), out, [], force
+    )
 
 
 @prepare_lm_app.command("text")
@@ -379,12 +410,18 @@ def prepare_lm_text_command(
     vocab_size: int = typer.Option(8000, help="Subword vocabulary size."),
     seed: int = _SEED,
     model_type: str = _LM_MODEL_TYPE,
+    force: bool = _PREPARE_FORCE,
 ):
     """Any plain-text file, one document (or line) per line."""
     from aiayn.data.lm import prepare_lm_text
 
     config = _prepare_config(vocab_size, 256, 3.0, seed, model_type)
-    _run_prepare_lm(lambda: prepare_lm_text(train, out, lang, valid, test, config), out)
+    _run_prepare_lm(
+        lambda: prepare_lm_text(train, out, lang, valid, test, config, force),
+        out,
+        [train, valid, test],
+        force,
+    )
 
 
 @prepare_lm_app.command("repeated")
@@ -661,8 +698,8 @@ def translate(
     try:
         if compile and not continuous:
             raise ValueError("--compile compiles the engine's step: give --continuous N too")
-        if output is not None:
-            check_output(output, "-o")
+        if output is not None:  # never over or inside the run, the input or a model file
+            check_output(output, "-o", reads=[run, input, tokenizer, shortlist])
         lines = read_lines(input) if input else list(decode_lines(sys.stdin.buffer, "<stdin>"))
         translator = _load_translator(run, device, tokenizer, dtype, shortlist)
         config = translator.decode_config(
@@ -914,7 +951,7 @@ def lens(
 
     _warnings_to_stderr()
     try:
-        check_output(out, "--out", directory=True)
+        check_output(out, "--out", directory=True, reads=[run, tokenizer])
         if top_k < 1:
             raise ValueError(f"--top-k must be at least 1, got {top_k}")
         architecture = _architecture(run)
@@ -999,7 +1036,7 @@ def patch(
 
     _warnings_to_stderr()
     try:
-        check_output(out, "--out", directory=True)
+        check_output(out, "--out", directory=True, reads=[run])
         architecture = _architecture(run)
         if architecture == ENCODER_DECODER:
             user = _load_translator(run, device, None)
@@ -1042,9 +1079,9 @@ def induction(
 
     _warnings_to_stderr()
     try:
-        check_output(out, "--out", directory=True)
+        check_output(out, "--out", directory=True, reads=[run])
         if html is not None:
-            check_output(html, "--html")
+            check_output(html, "--html", reads=[run])
         for name, value in (("--length", length), ("--batch", batch)):
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
@@ -1113,7 +1150,7 @@ def align(
 
     _warnings_to_stderr()
     try:
-        check_output(out, "--out", directory=True)
+        check_output(out, "--out", directory=True, reads=[run, src, ref])
         if pairs < 1:
             raise ValueError(f"--pairs must be at least 1, got {pairs}")
         if model1_pairs < 0:
@@ -1129,6 +1166,7 @@ def align(
         if src is None or ref is None:
             split = split or "test"
             src, ref = _split_files(run, split)
+            check_output(out, "--out", directory=True, reads=[src, ref])  # nor in the corpus
         train = []
         if (run / "config.yaml").is_file() and model1_pairs:
             train = read_parallel(*_split_files(run, "train"))[:model1_pairs]
@@ -1425,8 +1463,8 @@ ForceOpt = Annotated[
     bool,
     typer.Option(
         "--force",
-        help="Replace OUT, and everything in it, if it exists and is not empty "
-        "(never the source directory, nor one inside it or holding it).",
+        help="Replace OUT, and everything in it, if it exists and is not empty (never a "
+        "run, corpus or input the command reads, nor a directory inside or around one).",
     ),
 ]
 
@@ -1527,6 +1565,12 @@ def export(
     alpha: Annotated[
         float, typer.Option(help="length_penalty in generation_config.json (|Y|^alpha).")
     ] = 0.6,
+    tokenizer: Annotated[
+        Path | None,
+        typer.Option(
+            "--tokenizer", help="Subword model (default: the run's spm.model, beside its weights)."
+        ),
+    ] = None,
     force: ForceOpt = False,
 ) -> None:
     """Export a trained model for transformers (--to hf) or CTranslate2 (--to ctranslate2).
@@ -1548,6 +1592,7 @@ def export(
         if quantization is not None and to != "ctranslate2":
             raise ValueError("--quantization applies to --to ctranslate2 only")
         options = {"generation": GenerationSettings(beam=beam, length_penalty=alpha)}
+        options["spm"] = tokenizer
         if to == "ctranslate2":
             options["quantization"] = quantization
         export_model(run, out, to=to, force=force, **options)
@@ -1587,6 +1632,12 @@ def serve(
     body_timeout: Annotated[
         float, typer.Option(help="Seconds a request's body may take to arrive (408 after).")
     ] = 30.0,
+    header_timeout: Annotated[
+        float, typer.Option(help="Seconds a request's headers may take (the connection closes).")
+    ] = 10.0,
+    max_response_bytes: Annotated[
+        int, typer.Option(help="Largest answer with attention maps (413 above).")
+    ] = 32 * 2**20,
     threads: Annotated[int, typer.Option(help="torch threads of the inference thread.")] = 1,
     continuous: Annotated[
         int,
@@ -1609,7 +1660,7 @@ def serve(
     POST /v1/translate, GET /health /ready /info /metrics; the API's documentation is
     at /docs. SIGTERM finishes the requests in flight, then exits.
     """
-    from aiayn.apps.serve import ServeConfig, create_app, run_server
+    from aiayn.apps.serve import ServeConfig, ServerError, create_app, run_server
     from aiayn.apps.translate import Translator
 
     _warnings_to_stderr()
@@ -1625,6 +1676,8 @@ def serve(
             max_beam=max_beam,
             deadline_s=deadline,
             body_timeout_s=body_timeout,
+            header_timeout_s=header_timeout,
+            max_response_bytes=max_response_bytes,
             threads=threads,
             continuous=continuous,
             compile=compile,
@@ -1643,9 +1696,10 @@ def serve(
             )
         else:
             translator = _load_translator(run, device, tokenizer, dtype, shortlist)
-    except (FileNotFoundError, ValueError) as err:
+        server = create_app(translator, settings, run)
+        run_server(server, host, port, access_log)
+    except (FileNotFoundError, ValueError, ServerError) as err:
         raise _fail(err) from None
-    run_server(create_app(translator, settings, run), host, port, access_log)
 
 
 # ----- the main job: quickstart ------------------------------------------------

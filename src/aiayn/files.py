@@ -11,6 +11,11 @@ full, permission denied, read-only) raises `WriteFailed`, one line naming the ta
 `remove_temporaries` cleans up after a writer that was killed. `exclusive_lock` keeps
 a second process out (one trainer per run directory).
 
+Before the work, every writer checks its output with `check_output`: never a run,
+corpus or input the command reads, nor inside one or around one, and a directory that
+holds something replaced only with --force. What an output holds is checked too: JSON
+is strict (`strict_json`: NaN as null), weights are finite (`check_finite`).
+
 Every text file aiayn reads line by line goes through `read_lines` (`decode_lines`
 for a stream such as stdin), which refuses a line longer than `MAX_LINE_BYTES`.
 """
@@ -20,7 +25,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import logging
+import math
 import os
 import re
 import secrets
@@ -29,7 +36,7 @@ import stat
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 log = logging.getLogger(__name__)
 
@@ -105,11 +112,24 @@ def _link_target(path: Path) -> Path:
     return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
+def _sibling(target: Path, tag: str, suffix: str) -> Path:
+    """ ".NAME.TAG.SUFFIX" beside `target`, NAME cut short where the whole would pass the
+    file system's limit on a name (255 bytes on most): a target whose name is near the
+    limit still gets a temporary, named after the start of its name."""
+    try:
+        limit = os.pathconf(target.parent if target.parent.exists() else ".", "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    name = os.fsencode(target.name)
+    room = limit - len(os.fsencode(f"..{tag}{suffix}"))
+    return target.parent / os.fsdecode(b"." + name[:room] + os.fsencode(f".{tag}{suffix}"))
+
+
 def _temporary_beside(target: Path, directory: bool) -> Path:
     """Create an empty temporary file or directory beside `target` (`tempfile` would
     make it private; this one gets the user's umask)."""
     while True:
-        tmp = target.parent / f".{target.name}.{secrets.token_hex(4)}{_TMP_SUFFIX}"
+        tmp = _sibling(target, secrets.token_hex(4), _TMP_SUFFIX)
         try:
             if directory:
                 tmp.mkdir()
@@ -279,7 +299,7 @@ def write_dir_atomic(target: str | Path, fill: Callable[[Path], None]) -> Path:
         fsync_dir(tmp)
         old = None
         if real.exists():
-            old = parent / f".{real.name}.{os.getpid()}{_OLD_SUFFIX}"
+            old = _sibling(real, str(os.getpid()), _OLD_SUFFIX)
             os.replace(real, old)
         os.replace(tmp, real)
         fsync_dir(parent)
@@ -491,20 +511,110 @@ def read_lines(path: str | Path) -> list[str]:
 
 
 # ----- checking outputs before the work ----------------------------------------------
+#   One rule for every writer (export, convert, prepare, translate -o, patch, lens,
+#   induction, align): `check_output`, before any work. An output is never a run, corpus
+#   or input the command reads, never inside one and never around one, whatever --force
+#   says; a directory output replaced whole needs --force where it holds something, and
+#   is written under a temporary name (`write_fresh_dir`), so that a refusal or a failure
+#   leaves no partial output.
+
+_CHECKPOINTS = "checkpoints"  # RUN/checkpoints/NAME/...: what lies there belongs to RUN
+_CORPUS_MARK = "corpus.json"  # aiayn.data.corpus.CORPUS_FILE: its directory is a corpus
+_WEIGHTS_SUFFIX = ".safetensors"  # a weights file belongs to its checkpoint directory
 
 
-def check_output(path: str | Path, option: str, directory: bool = False) -> Path:
-    """Refuse, before any work, an output path that could not be written.
+def protected_root(path: str | Path) -> Path:
+    """What a path a command reads belongs to, and is protected as a whole with it
+    (symbolic links resolved):
+
+    - the run RUN, for RUN/checkpoints, a checkpoint directory RUN/checkpoints/NAME, or a
+      file inside one (the layout `aiayn.io.checkpoint.find_in_run` reads);
+    - the directory of any other weights file (.safetensors): a checkpoint or a
+      converted model;
+    - the corpus, for a file of a directory that holds a corpus.json;
+    - else `path` itself: a run directory, a corpus, an input file.
+    """
+    real = Path(os.path.realpath(path))
+    for ancestor in [real, *real.parents][:3]:  # RUN/checkpoints[/NAME[/FILE]]
+        if ancestor.name == _CHECKPOINTS:
+            return ancestor.parent
+    if real.is_file() and (
+        real.suffix == _WEIGHTS_SUFFIX or (real.parent / _CORPUS_MARK).is_file()
+    ):
+        return real.parent
+    return real
+
+
+def _as_paths(reads: str | Path | Iterable[str | Path] | None) -> list[Path]:
+    if reads is None:
+        return []
+    if isinstance(reads, str | os.PathLike):
+        return [Path(reads)]
+    return [Path(read) for read in reads if read is not None]
+
+
+def _refuse_protected(path: Path, where: str, reads: list[Path], directory: bool) -> None:
+    """Refuse an output that is, lies inside or holds what the command reads."""
+    real = Path(os.path.realpath(path))
+    for read in reads:
+        if not read.exists():
+            continue  # the command reports a missing input itself
+        root = protected_root(read)
+        what = (
+            "the run"
+            if (root / _CHECKPOINTS).is_dir()
+            else "the corpus"
+            if (root / _CORPUS_MARK).is_file()
+            else "the source directory"
+            if root.is_dir()
+            else "the input file"
+        )
+        read_itself = root == Path(os.path.realpath(read))
+        named = f"{what} {read}" if read_itself else f"{what} {root}, which holds {read},"
+        if real == root:
+            kind = "directory" if directory else "file"
+            raise ValueError(f"{where} is {named} read by this command; name another {kind}")
+        if root in real.parents:
+            raise ValueError(
+                f"{where} lies inside {named} read by this command; aiayn never writes "
+                "there, whatever --force says: name a path outside it"
+            )
+        if real in root.parents:
+            raise ValueError(
+                f"{where} holds {named} read by this command; replacing it would delete "
+                "it: name another directory"
+            )
+
+
+def check_output(
+    path: str | Path,
+    option: str,
+    directory: bool = False,
+    *,
+    reads: str | Path | Iterable[str | Path] | None = None,
+    force: bool | None = None,
+) -> Path:
+    """Refuse, before any work, an output path that could not be written, or whose
+    writing would destroy something: the one rule of every writer.
 
     A file output must not be a directory or a socket, nor an existing file that is
     read-only (a device or a FIFO is fine: it is written through); a directory output
     must not be an existing file, device or FIFO. Either must be writable where it
     is, or, if it does not exist yet, creatable in its nearest existing ancestor.
 
+    Neither may be, lie inside or hold what the command reads (`reads`, each protected
+    with all it belongs to: `protected_root`), whatever `force` says; symbolic links are
+    resolved first, so a link into a run is refused as the run's own path is.
+
     Args:
         path: the output file or directory.
-        option: how the user named it ("-o", "--out"), for the message.
+        option: how the user named it ("-o", "--out", "OUT"), for the message.
         directory: whether `path` is a directory to create or fill.
+        reads: the runs, checkpoints, corpora and input files the command reads.
+        force: for a directory replaced whole (`write_fresh_dir`): whether one that
+            exists and holds something may be replaced; None for an output written
+            file by file (a file output, or a directory whose files of the same names
+            are replaced, as `aiayn patch --out` does).
 
     Returns:
         `path`.
@@ -522,13 +632,20 @@ def check_output(path: str | Path, option: str, directory: bool = False) -> Path
     if path.exists() and not path.is_dir() and directory:
         what = "an existing file" if kind == stat.S_IFREG else _KIND_NAMES.get(kind, "a file")
         raise ValueError(f"{where} is {what}; name a directory to write")
+    _refuse_protected(path, where, _as_paths(reads), directory)
+    if force is False and path.is_dir() and any(path.iterdir()):
+        held = ", ".join(sorted(p.name for p in path.iterdir())[:3])
+        raise ValueError(
+            f"{where} exists and is not empty (it holds {held}, ...); name a new or empty "
+            "directory, or give --force to replace it"
+        )
     if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
         raise ValueError(f"{where}: cannot write in it (read-only or permission denied)")
     if path.exists() and not directory and not os.access(path, os.W_OK):
         raise ValueError(f"{where}: the existing file is read-only")
-    if path.is_dir():
+    if path.is_dir() and force is None:
         return path
-    ancestor = path.parent
+    ancestor = path.parent  # where a new file or a replacing directory is made
     while not ancestor.exists() and ancestor != ancestor.parent:
         ancestor = ancestor.parent
     if not ancestor.is_dir():
@@ -538,59 +655,23 @@ def check_output(path: str | Path, option: str, directory: bool = False) -> Path
     return path
 
 
-def check_fresh_output(out: str | Path, option: str, source: str | Path, force: bool) -> Path:
-    """Refuse, before any work, a directory output that would destroy something: one that
-    holds files already (unless `force`), or one that is, lies inside or holds `source`
-    (even with `force`: replacing it would delete the input). Symbolic links are
-    resolved first. Check the path itself with `check_output`.
-
-    Args:
-        out: the directory to write (replaced whole, see `write_dir_atomic`).
-        option: how the user named it ("OUT"), for the message.
-        source: the directory the output is made from.
-        force: whether an existing, non-empty `out` may be replaced.
-
-    Returns:
-        `out`.
-
-    Raises:
-        ValueError: naming `option`, `out` and what it would destroy.
-    """
-    out, source = Path(out), Path(source)
-    where, real_out, real_source = f"{option} {out}", out.resolve(), source.resolve()
-    if real_out == real_source:
-        raise ValueError(f"{where} is the source directory {source}; name another directory")
-    if real_source in real_out.parents:
-        raise ValueError(f"{where} lies inside the source directory {source}; name one outside it")
-    if real_out in real_source.parents:
-        raise ValueError(
-            f"{where} holds the source directory {source}; replacing it would delete the "
-            "source: name another directory"
-        )
-    if not force and out.is_dir() and any(out.iterdir()):
-        held = ", ".join(sorted(p.name for p in out.iterdir())[:3])
-        raise ValueError(
-            f"{where} exists and is not empty (it holds {held}, ...); name a new or empty "
-            "directory, or give --force to replace it"
-        )
-    return out
-
-
 def write_fresh_dir(
-    source: str | Path,
+    source: str | Path | Iterable[str | Path] | None,
     out: str | Path,
     fill: Callable[[Path], None],
     force: bool = False,
     option: str = "OUT",
 ) -> Path:
-    """Write directory `out` from directory `source`, destroying neither: refuse an `out`
-    that could not be written (`check_output`) or that would destroy something
-    (`check_fresh_output`: not empty unless `force`; never the source, inside it or
-    holding it), then let `fill(tmp)` fill a temporary that replaces `out` when whole
-    (`write_dir_atomic`). A failure, a full disk included, leaves `out` as it was.
+    """Write directory `out` from what the command reads, destroying neither: refuse an
+    `out` that could not be written or would destroy something (`check_output`: never
+    the source, inside it or holding it; not one that holds something, unless `force`),
+    then let `fill(tmp)` fill a temporary that replaces `out` when whole
+    (`write_dir_atomic`), once its weights are checked finite (`check_finite_weights`).
+    A refusal or a failure, a full disk included, leaves `out` as it was.
 
     Args:
-        source: the directory `out` is made from.
+        source: what `out` is made from: a run, checkpoint or directory, input files,
+            or None.
         out: the directory to write.
         fill: writes the files into the directory it is given.
         force: whether an existing, non-empty `out` may be replaced.
@@ -600,13 +681,12 @@ def write_fresh_dir(
         `out`.
 
     Raises:
-        ValueError: an `out` refused (naming `option` and why), or a file of
-            `source` that cannot be read (naming it).
+        ValueError: an `out` refused (naming `option` and why), a file of `source`
+            that cannot be read (naming it), or weights written that are not finite.
         WriteFailed: (an OSError) the system refused a write to `out`.
     """
-    source, out = Path(source), Path(out)
-    check_output(out, option, directory=True)
-    check_fresh_output(out, option, source, force)
+    reads, out = _as_paths(source), Path(out)
+    check_output(out, option, directory=True, reads=reads, force=force)
 
     def checked_fill(tmp: Path) -> None:
         try:
@@ -615,5 +695,77 @@ def write_fresh_dir(
             if err.errno is None or err.filename is None or tmp in Path(err.filename).parents:
                 raise
             raise ValueError(f"cannot read {err.filename}: {err.strerror}") from None
+        made_from = " and ".join(map(str, reads)) or "the model"
+        check_finite_weights(tmp, f"{option} {out}: the weights made from {made_from}")
 
     return write_dir_atomic(out, checked_fill)
+
+
+# ----- what an output may hold: finite numbers -----------------------------------------
+
+
+def check_finite(tensors: Iterable[tuple[str, Any]], where: str) -> None:
+    """Refuse weights that hold NaN or infinities, naming the first such tensor: no model
+    computes anything with them, and a reader (transformers, CTranslate2) would load them
+    without a word.
+
+    Args:
+        tensors: (name, torch tensor) pairs; those not floating point are skipped.
+        where: what holds them, for the message.
+
+    Raises:
+        ValueError: naming `where`, the tensor and how many of its values are NaN or
+            infinite.
+    """
+    import torch
+
+    for name, tensor in tensors:
+        if not tensor.is_floating_point() or bool(torch.isfinite(tensor).all()):
+            continue
+        nan, inf = int(torch.isnan(tensor).sum()), int(torch.isinf(tensor).sum())
+        raise ValueError(
+            f"{where}: tensor {name} holds {nan:,} NaN and {inf:,} infinite values (of "
+            f"{tensor.numel():,}); weights must be finite (did the training diverge?), "
+            "so nothing was written"
+        )
+
+
+def check_finite_weights(directory: str | Path, where: str) -> None:
+    """`check_finite` over every .safetensors file under `directory`.
+
+    Raises:
+        ValueError: as `check_finite`, naming the file too.
+    """
+    from safetensors import safe_open
+
+    for path in sorted(Path(directory).rglob(f"*{_WEIGHTS_SUFFIX}")):
+        with safe_open(str(path), framework="pt") as weights:
+            named = ((name, weights.get_tensor(name)) for name in weights.keys())  # noqa: SIM118
+            check_finite(named, f"{where} ({path.name})")
+
+
+def strict_json(data: Any, **options: Any) -> str:
+    """`data` as JSON text ending in a newline; NaN and infinities become null.
+
+    Python's `json` writes them as bare NaN and Infinity, which is not JSON: other
+    readers (browsers, jq, `JSON.parse`) refuse the whole file. Every JSON file aiayn
+    writes is made here.
+
+    Args:
+        data: dicts, lists, tuples, strings, numbers, booleans and None.
+        options: for `json.dumps` (indent=2 unless given; ensure_ascii, separators).
+
+    Raises:
+        TypeError: a value JSON cannot hold.
+    """
+    return json.dumps(_finite(data), allow_nan=False, **{"indent": 2, **options}) + "\n"
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value

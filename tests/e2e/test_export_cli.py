@@ -164,8 +164,8 @@ def test_an_existing_out_needs_force_and_the_run_is_never_replaced(spm, tmp_path
     assert (out / "keep.txt").read_text() == "mine"
     assert export(str(run), str(out), "--force").exit_code == 0
     assert not (out / "keep.txt").exists() and (out / "config.json").is_file()
-    result = export(str(run), str(run), "--force")  # OUT holding the checkpoint: refused
-    assert result.exit_code == 1 and "holds the source directory" in result.stderr
+    result = export(str(run), str(run), "--force")  # OUT the run: refused
+    assert result.exit_code == 1 and "is the run" in result.stderr
     assert (run / "checkpoints").is_dir()
 
 

@@ -57,7 +57,6 @@ sentences the counts are summed before dividing (corpus AER).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -70,7 +69,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from aiayn.data.tokenizer import Tokenizer
-from aiayn.files import write_atomic
+from aiayn.files import strict_json, write_atomic
 from aiayn.models.encoder_decoder import Transformer
 from aiayn.training.tasks.translation import encode_pairs
 
@@ -535,5 +534,5 @@ def align_pairs(
 
 def write_alignment(report: AlignReport, out_dir: str | Path, **context: Any) -> Path:
     """align.json (`AlignReport.to_dict` with `context`) in `out_dir`, atomically."""
-    text = json.dumps(report.to_dict(**context), indent=2, ensure_ascii=False) + "\n"
+    text = strict_json(report.to_dict(**context), ensure_ascii=False)
     return write_atomic(Path(out_dir) / JSON_FILE, text)

@@ -77,7 +77,7 @@ from aiayn.analysis.viz import AttentionKind, write_png
 from aiayn.data.batch import Batch
 from aiayn.data.batching import token_budget_batches
 from aiayn.data.tokenizer import Tokenizer
-from aiayn.files import write_atomic
+from aiayn.files import strict_json, write_atomic
 from aiayn.models.encoder_decoder import Transformer, attention_sublayers
 from aiayn.nn.attention import MultiHeadAttention
 from aiayn.training.loss import label_smoothed_cross_entropy
@@ -195,7 +195,7 @@ class HeadReport:
 
     def to_json(self, **context: Any) -> str:
         """heads.json's text; see `to_dict`."""
-        return json.dumps(self.to_dict(**context), indent=2, ensure_ascii=False) + "\n"
+        return strict_json(self.to_dict(**context), ensure_ascii=False)
 
 
 # ----- measuring ---------------------------------------------------------------------

@@ -36,7 +36,6 @@ a repeated sequence; both are refused by name.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -50,7 +49,7 @@ from torch import Tensor, nn
 from aiayn.analysis.heads import plot_head_metric
 from aiayn.analysis.patching import grid_to_json
 from aiayn.analysis.viz import write_png
-from aiayn.files import write_atomic
+from aiayn.files import strict_json, write_atomic
 from aiayn.models.decoder_only import DecoderOnly
 from aiayn.nn.attention import MultiHeadAttention, regular_groups
 from aiayn.nn.hooks import hooks, run_with_cache
@@ -487,5 +486,5 @@ def write_induction(scores: InductionScores, out_dir: str | Path, **context: Any
         fig = plot_head_metric(grid_to_json(grid), _TITLES[name])
         paths.append(write_png(fig, out / PNG_FILES[name]))
     data = {**context, **{name: grid_to_json(grid) for name, grid in scores.grids().items()}}
-    text = json.dumps(data, indent=2) + "\n"
+    text = strict_json(data)
     return [*paths, write_atomic(out / JSON_FILE, text)]

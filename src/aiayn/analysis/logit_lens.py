@@ -25,7 +25,6 @@ the residual stream alone.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +36,7 @@ from torch import Tensor
 
 from aiayn.analysis.viz import Translating, write_png
 from aiayn.data.tokenizer import Tokenizer
-from aiayn.files import write_atomic
+from aiayn.files import strict_json, write_atomic
 from aiayn.inference.search import DecodeConfig, search
 from aiayn.models.encoder_decoder import Decoder, PreSoftmaxProjection, Transformer
 from aiayn.nn.hooks import run_with_cache
@@ -393,6 +392,6 @@ def write_logit_lens(
         The two paths written.
     """
     out = Path(out_dir)
-    text = json.dumps(result.to_dict(tokenizer, **context), indent=2, ensure_ascii=False) + "\n"
+    text = strict_json(result.to_dict(tokenizer, **context), ensure_ascii=False)
     png = plot_logit_lens(result, tokenizer, out / PNG_FILE)
     return [write_atomic(out / JSON_FILE, text), png]

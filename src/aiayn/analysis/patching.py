@@ -26,7 +26,6 @@ to the bit. The model runs in eval mode, without gradients.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -45,7 +44,7 @@ from aiayn.analysis.heads import KIND_TITLES
 from aiayn.analysis.viz import AttentionKind, write_png
 from aiayn.config import enum_member
 from aiayn.data.tokenizer import Tokenizer
-from aiayn.files import write_atomic
+from aiayn.files import strict_json, write_atomic
 from aiayn.nn.hooks import HookFunction, hooks, run_with_cache
 
 Metric = Callable[[Tensor], Tensor | float]
@@ -506,7 +505,7 @@ class PatchingReport:
                 kind: {"effect": grid_to_json(effect), "patched": grid_to_json(patched)}
                 for kind, (patched, effect) in self.heads.items()
             }
-        return json.dumps(record, indent=2, ensure_ascii=False) + "\n"
+        return strict_json(record, ensure_ascii=False)
 
 
 def grid_to_json(grid: Tensor) -> list[list[float | None]]:

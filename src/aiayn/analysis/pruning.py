@@ -45,7 +45,7 @@ import torch
 from torch import Tensor, nn
 
 from aiayn.config import SUBLAYER_KINDS, enum_member, split_sublayer
-from aiayn.files import write_dir_atomic
+from aiayn.files import strict_json, write_dir_atomic
 from aiayn.io import hf_models
 from aiayn.io.checkpoint import (
     TOKENIZER_FILE,
@@ -525,7 +525,7 @@ def save_pruned_run(
         save_model(model, tmp / WEIGHTS_FILE)
         for name, path in copies.items():
             shutil.copyfile(path, tmp / name)
-        (tmp / PRUNING_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        (tmp / PRUNING_FILE).write_text(strict_json(record), encoding="utf-8")
 
     write_dir_atomic(out, fill)
     return sorted(copies)

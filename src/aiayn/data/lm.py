@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -43,10 +42,11 @@ from aiayn.data.prepare import (
     _one_line,
     _token_counts,
     special_ids,
+    train_corpus_tokenizer,
     write_corpus,
 )
-from aiayn.data.tokenizer import TOKENIZER_FILE, Tokenizer, train_tokenizer
-from aiayn.files import read_lines
+from aiayn.data.tokenizer import TOKENIZER_FILE, Tokenizer
+from aiayn.files import check_output, read_lines, write_fresh_dir
 
 log = logging.getLogger(__name__)
 
@@ -118,25 +118,34 @@ def prepare_monolingual(
     lang: str,
     config: PrepareConfig | None = None,
     source: dict | None = None,
+    *,
+    inputs: Sequence[str | Path] = (),
+    force: bool = False,
 ) -> PreparedCorpus:
     """Clean, tokenize and write a monolingual corpus directory.
 
     Empty documents are dropped (and counted); a line break inside one becomes a
     space. Nothing else is filtered: a long document is simply cut across blocks
     when packed. The subword model (`config.vocab_size` pieces, the three `SYMBOLS`
-    among them) is trained on the training split only. Files are written atomically
-    once everything is computed, corpus.json last, as `prepare_corpus` does.
+    among them) is trained on the training split only. The directory is written
+    whole, as `prepare_corpus` writes it: a refusal or a failure leaves no partial
+    `out`.
 
     Args:
         splits: documents for "train" (required), "valid" and "test".
-        out: the directory to write (created).
+        out: the directory to write, whole (`aiayn.files.write_fresh_dir`).
         lang: the language code, the files' suffix.
         config: vocabulary size, model type, sample size and seed (its length
             filters do not apply).
         source: where the documents came from, recorded in stats.json.
+        inputs: the files the documents were read from: `out` may not be, lie inside
+            or hold any of them.
+        force: replace an `out` that exists and holds something (a corpus included).
 
     Raises:
-        ValueError: no training documents, an unknown split or an empty code.
+        ValueError: no training documents, an unknown split, an empty code, a
+            vocabulary sentencepiece cannot train, or an `out` refused (naming why).
+        aiayn.files.WriteFailed: (an OSError) the system refused a write to `out`.
     """
     started = time.perf_counter()
     config = config or PrepareConfig()
@@ -155,23 +164,12 @@ def prepare_monolingual(
         raise ValueError("no training documents left after dropping empty ones")
 
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out, prefix=".prepare-") as scratch:
-        try:
-            tokenizer = train_tokenizer(
-                cleaned["train"],
-                Path(scratch) / TOKENIZER_FILE,
-                vocab_size=config.vocab_size,
-                model_type=config.model_type,
-                sample_size=config.sample_size,
-                seed=config.seed,
-                user_defined_symbols=SYMBOLS,
-            )
-        except RuntimeError as err:  # sentencepiece: e.g. "Vocabulary size too high"
-            raise ValueError(
-                f"cannot train a {config.vocab_size}-piece subword model on "
-                f"{len(cleaned['train'])} training documents: {err}; try a smaller --vocab-size"
-            ) from None
+
+    def fill(tmp: Path) -> None:
+        what = f"{len(cleaned['train'])} training documents"
+        tokenizer = train_corpus_tokenizer(
+            cleaned["train"], tmp, config, what, user_defined_symbols=SYMBOLS
+        )
         for name in SPLITS:
             counts = _token_counts(tokenizer, cleaned[name], f"{name}.{lang}")
             split = stats[name]
@@ -198,7 +196,9 @@ def prepare_monolingual(
             "stats": STATS_FILE,
         }
         files = {f"{name}.{lang}": cleaned[name] for name in SPLITS}
-        write_corpus(out, tokenizer, files, summary, corpus)
+        write_corpus(tmp, tokenizer, files, summary, corpus)
+
+    write_fresh_dir(inputs, out, fill, force)
     log.info(
         "wrote %s: %s documents (train / valid / test)",
         out,
@@ -213,20 +213,23 @@ def prepare_lm_bible(
     english: bible.EnglishSource = bible.EnglishSource.WEB,
     config: PrepareConfig | None = None,
     root: Path = bible.SWORD_ROOT,
+    force: bool = False,
 ) -> PreparedCorpus:
     """One side of the built-in Bible corpus: "en" (WEB or KJV) or "es" (RV1909).
 
     The verses and the train / valid / test chapters are exactly those of the
     parallel corpus (`aiayn.data.prepare.prepare_bible`), so a model trained here
-    has read none of the translation test set.
+    has read none of the translation test set. See `prepare_monolingual` for `out`
+    and `force`.
 
     Raises:
-        ValueError: `lang` is neither "en" nor "es".
+        ValueError: `lang` is neither "en" nor "es", or `out` is refused.
         bible.SwordModuleMissing: the Debian packages are not installed.
     """
     sides = {"en": 0, "es": 1}
     if lang not in sides:
         raise ValueError(f"--lang must be en or es, got {lang!r}")
+    check_output(out, "OUT", directory=True, force=force)  # before reading
     config = config or PrepareConfig(vocab_size=BIBLE_VOCAB_SIZE)
     english = bible.EnglishSource(english)
     aligned = bible.load_bible(english, root)
@@ -236,7 +239,7 @@ def prepare_lm_bible(
         splits[name].append(pair[sides[lang]])
     module = bible.MODULES[english][0] if lang == "en" else bible.SPANISH_MODULE[0]
     source = {"kind": "bible", "lang": lang, "module": module, "split": "by chapter, as parallel"}
-    return prepare_monolingual(splits, out, lang, config, source)
+    return prepare_monolingual(splits, out, lang, config, source, force=force)
 
 
 def prepare_lm_text(
@@ -246,13 +249,17 @@ def prepare_lm_text(
     valid: str | Path | None = None,
     test: str | Path | None = None,
     config: PrepareConfig | None = None,
+    force: bool = False,
 ) -> PreparedCorpus:
     """Plain UTF-8 text files, one document per line (invalid UTF-8 is named by file
-    and line)."""
+    and line). See `prepare_monolingual` for `out` and `force`."""
     files = {"train": train, "valid": valid, "test": test}
+    inputs = [path for path in files.values() if path is not None]
+    check_output(out, "OUT", directory=True, reads=inputs, force=force)  # before reading
     splits = {name: read_lines(path) for name, path in files.items() if path is not None}
     source = {"kind": "text", "files": {n: str(f) for n, f in files.items() if f is not None}}
-    return prepare_monolingual(splits, out, lang, config or PrepareConfig(), source)
+    config = config or PrepareConfig()
+    return prepare_monolingual(splits, out, lang, config, source, inputs=inputs, force=force)
 
 
 # ----- packing ----------------------------------------------------------------------

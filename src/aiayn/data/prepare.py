@@ -8,19 +8,18 @@ Each source (the Bible, aligned text files, TSV, a Hugging Face dataset) is read
 3. drops training pairs longer than `max_tokens` subwords on either side, or whose
    longer side has more than `max_ratio` times the tokens of the shorter one
    (validation and test keep every non-empty pair, so scores stay comparable),
-4. writes each file atomically into `out` once everything is computed, corpus.json
-   last: a failure leaves no half-written file, and a directory with a corpus.json
-   is whole.
+4. writes the whole directory `out` at once (`aiayn.files.write_fresh_dir`): it is
+   filled under a temporary name and renamed when whole, so a refusal or a failure
+   leaves no partial `out`. An `out` that holds something is replaced only with
+   `force`, and never one that is, lies inside or holds an input file.
 
 Every drop is counted by reason in stats.json.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -44,7 +43,7 @@ from aiayn.data.tokenizer import (
     Tokenizer,
     train_tokenizer,
 )
-from aiayn.files import lines_text, write_atomic
+from aiayn.files import check_output, lines_text, strict_json, write_fresh_dir
 
 log = logging.getLogger(__name__)
 
@@ -185,15 +184,41 @@ def write_corpus(
     summary: dict,
     corpus: dict,
 ) -> None:
-    """Write a computed corpus into `out`: the subword model, the text files (name ->
-    lines), stats.json (`summary`) and corpus.json (`corpus`), each atomically and
-    corpus.json last, so that a directory with a corpus.json is always whole."""
-    (out / CORPUS_FILE).unlink(missing_ok=True)
-    write_atomic(out / TOKENIZER_FILE, tokenizer.path.read_bytes())
+    """Write a computed corpus into the fresh directory `out` (the temporary of
+    `aiayn.files.write_fresh_dir`): the subword model (unless it is there already),
+    the text files (name -> lines), stats.json (`summary`) and corpus.json (`corpus`)."""
+    if tokenizer.path.resolve() != (out / TOKENIZER_FILE).resolve():
+        (out / TOKENIZER_FILE).write_bytes(tokenizer.path.read_bytes())
     for name, lines in files.items():
-        write_atomic(out / name, lines_text(lines))
-    write_atomic(out / STATS_FILE, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
-    write_atomic(out / CORPUS_FILE, json.dumps(corpus, indent=2) + "\n")
+        (out / name).write_text(lines_text(lines), encoding="utf-8")
+    (out / STATS_FILE).write_text(strict_json(summary, ensure_ascii=False), encoding="utf-8")
+    (out / CORPUS_FILE).write_text(strict_json(corpus), encoding="utf-8")
+
+
+def train_corpus_tokenizer(
+    texts: list[str], directory: Path, config: PrepareConfig, what: str, **options
+) -> SentencePieceTokenizer:
+    """The corpus's subword model, trained on `texts` into `directory`.
+
+    Raises:
+        ValueError: sentencepiece refused (a vocabulary too large for the text), saying
+            what to change.
+    """
+    try:
+        return train_tokenizer(
+            texts,
+            directory / TOKENIZER_FILE,
+            vocab_size=config.vocab_size,
+            model_type=config.model_type,
+            sample_size=config.sample_size,
+            seed=config.seed,
+            **options,
+        )
+    except RuntimeError as err:  # sentencepiece: e.g. "Vocabulary size too high"
+        raise ValueError(
+            f"cannot train a {config.vocab_size}-piece subword model on {what}: {err}; "
+            "try a smaller --vocab-size"
+        ) from None
 
 
 def prepare_corpus(
@@ -203,22 +228,30 @@ def prepare_corpus(
     tgt_lang: str,
     config: PrepareConfig | None = None,
     source: dict | None = None,
+    *,
+    inputs: Sequence[str | Path] = (),
+    force: bool = False,
 ) -> PreparedCorpus:
     """Filter, tokenize and write a corpus directory.
 
     Args:
         splits: pairs for "train" (required), "valid" and "test" (may be empty).
-        out: the directory to write (created; files already there are replaced).
+        out: the directory to write, whole (`aiayn.files.write_fresh_dir`).
         src_lang, tgt_lang: language codes, the file suffixes.
         config: vocabulary and filters (default: `PrepareConfig()`).
         source: where the pairs came from, with counts dropped before this step;
             recorded in stats.json.
+        inputs: the files the pairs were read from: `out` may not be, lie inside or
+            hold any of them.
+        force: replace an `out` that exists and holds something.
 
     Returns:
         The prepared corpus.
 
     Raises:
-        ValueError: no training pairs, an unknown split, or equal language codes.
+        ValueError: no training pairs, an unknown split, equal language codes, a
+            vocabulary sentencepiece cannot train, or an `out` refused (naming why).
+        aiayn.files.WriteFailed: (an OSError) the system refused a write to `out`.
     """
     started = time.perf_counter()
     config = config or PrepareConfig()
@@ -235,24 +268,10 @@ def prepare_corpus(
     if not cleaned["train"]:
         raise ValueError("no training pairs left after dropping empty ones")
 
-    out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out, prefix=".prepare-") as scratch:
-        # the subword model is trained here, so that a failure leaves `out` as it was
+    def fill(tmp: Path) -> None:
         texts = [s for s, _ in cleaned["train"]] + [t for _, t in cleaned["train"]]
-        try:
-            tokenizer = train_tokenizer(
-                texts,
-                Path(scratch) / TOKENIZER_FILE,
-                vocab_size=config.vocab_size,
-                model_type=config.model_type,
-                sample_size=config.sample_size,
-                seed=config.seed,
-            )
-        except RuntimeError as err:  # sentencepiece: e.g. "Vocabulary size too high"
-            raise ValueError(
-                f"cannot train a {config.vocab_size}-piece subword model on "
-                f"{len(cleaned['train'])} training pairs: {err}; try a smaller --vocab-size"
-            ) from None
+        what = f"{len(cleaned['train'])} training pairs"
+        tokenizer = train_corpus_tokenizer(texts, tmp, config, what)
 
         kept: dict[str, Pairs] = {}
         for name in SPLITS:
@@ -291,12 +310,14 @@ def prepare_corpus(
             "splits": {name: [f"{name}.{src_lang}", f"{name}.{tgt_lang}"] for name in SPLITS},
             "stats": STATS_FILE,
         }
-        _write_shortlist(out, tokenizer, kept["train"])
+        _write_shortlist(tmp, tokenizer, kept["train"])
         files = {}
         for name, pairs in kept.items():
             files[f"{name}.{src_lang}"] = [s for s, _ in pairs]
             files[f"{name}.{tgt_lang}"] = [t for _, t in pairs]
-        write_corpus(out, tokenizer, files, summary, corpus)
+        write_corpus(tmp, tokenizer, files, summary, corpus)
+
+    write_fresh_dir(inputs, out, fill, force)
     log.info(
         "prepared %s: %s",
         out,
@@ -335,12 +356,15 @@ def prepare_bible(
     english: bible.EnglishSource = bible.EnglishSource.WEB,
     config: PrepareConfig | None = None,
     root: Path = bible.SWORD_ROOT,
+    force: bool = False,
 ) -> PreparedCorpus:
-    """The built-in corpus: English (WEB or KJV) to Spanish (RV1909), split by chapter.
+    """The built-in corpus: English (WEB or KJV) to Spanish (RV1909), split by chapter;
+    see `prepare_corpus` for `out` and `force`.
 
     Raises:
         bible.SwordModuleMissing: the Debian packages are not installed.
     """
+    check_output(out, "OUT", directory=True, force=force)  # before reading
     config = config or PrepareConfig(vocab_size=BIBLE_VOCAB_SIZE)
     english = bible.EnglishSource(english)
     aligned = bible.load_bible(english, root)
@@ -359,7 +383,7 @@ def prepare_bible(
         "shifted_chapters_dropped": aligned.shifted_chapters,
         "held_out_chapters": {name: sorted(chapters[name]) for name in ("valid", "test")},
     }
-    return prepare_corpus(splits, out, "en", "es", config, source)
+    return prepare_corpus(splits, out, "en", "es", config, source, force=force)
 
 
 def prepare_text(
@@ -370,12 +394,19 @@ def prepare_text(
     valid: tuple[str | Path, str | Path] | None = None,
     test: tuple[str | Path, str | Path] | None = None,
     config: PrepareConfig | None = None,
+    force: bool = False,
 ) -> PreparedCorpus:
-    """Aligned plain text files, one sentence per line (fairseq / OpenNMT style)."""
+    """Aligned plain text files, one sentence per line (fairseq / OpenNMT style); see
+    `prepare_corpus` for `out` and `force`."""
     files = {"train": train, "valid": valid, "test": test}
+    inputs = [path for paths in files.values() if paths for path in paths]
+    check_output(out, "OUT", directory=True, reads=inputs, force=force)  # before reading
     splits = {name: read_parallel(*paths) for name, paths in files.items() if paths}
     source = {"kind": "text", "files": {n: [str(p) for p in f] for n, f in files.items() if f}}
-    return prepare_corpus(splits, out, src_lang, tgt_lang, config or PrepareConfig(), source)
+    config = config or PrepareConfig()
+    return prepare_corpus(
+        splits, out, src_lang, tgt_lang, config, source, inputs=inputs, force=force
+    )
 
 
 def prepare_tsv(
@@ -386,12 +417,19 @@ def prepare_tsv(
     valid: str | Path | None = None,
     test: str | Path | None = None,
     config: PrepareConfig | None = None,
+    force: bool = False,
 ) -> PreparedCorpus:
-    """Files of two tab-separated columns: source, then target."""
+    """Files of two tab-separated columns: source, then target; see `prepare_corpus` for
+    `out` and `force`."""
     files = {"train": train, "valid": valid, "test": test}
+    inputs = [path for path in files.values() if path]
+    check_output(out, "OUT", directory=True, reads=inputs, force=force)  # before reading
     splits = {name: read_tsv(path) for name, path in files.items() if path}
     source = {"kind": "tsv", "files": {n: str(f) for n, f in files.items() if f}}
-    return prepare_corpus(splits, out, src_lang, tgt_lang, config or PrepareConfig(), source)
+    config = config or PrepareConfig()
+    return prepare_corpus(
+        splits, out, src_lang, tgt_lang, config, source, inputs=inputs, force=force
+    )
 
 
 HF_SPLITS = {"train": "train", "validation": "valid", "valid": "valid", "test": "test"}
@@ -450,10 +488,17 @@ def prepare_hf(
     tgt_lang: str,
     config_name: str | None = None,
     config: PrepareConfig | None = None,
+    force: bool = False,
 ) -> PreparedCorpus:
-    """A Hugging Face `datasets` source, e.g. `wmt14` / `de-en` (the paper's data)."""
+    """A Hugging Face `datasets` source, e.g. `wmt14` / `de-en` (the paper's data); see
+    `prepare_corpus` for `out` and `force`."""
+    inputs = [name] if Path(name).is_dir() else []  # a save_to_disk folder
+    check_output(out, "OUT", directory=True, reads=inputs, force=force)  # before reading
     splits = load_hf_pairs(name, config_name, src_lang, tgt_lang)
     if "train" not in splits:
         raise ValueError(f"{name} has no 'train' split (found {sorted(splits)})")
     source = {"kind": "hf", "name": name, "config": config_name}
-    return prepare_corpus(splits, out, src_lang, tgt_lang, config or PrepareConfig(), source)
+    config = config or PrepareConfig()
+    return prepare_corpus(
+        splits, out, src_lang, tgt_lang, config, source, inputs=inputs, force=force
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -214,13 +215,16 @@ def test_special_ids_match_model_config(text_corpus):
     assert tokenizer.vocab_size == 60
 
 
-def test_failed_prepare_leaves_the_old_corpus(text_corpus):
+def test_failed_prepare_leaves_the_old_corpus(text_corpus, tmp_path):
     corpus, _ = text_corpus
     before = {p.name: p.read_bytes() for p in corpus.root.iterdir()}
-    train = corpus.files("train")
+    train = [shutil.copy(path, tmp_path / f"copy-{path.name}") for path in corpus.files("train")]
     with pytest.raises(ValueError, match="vocab-size"):
-        prepare_text(train, corpus.root, "en", "de", config=PrepareConfig(vocab_size=100_000))
+        big = PrepareConfig(vocab_size=100_000)
+        prepare_text(train, corpus.root, "en", "de", config=big, force=True)
     assert {p.name: p.read_bytes() for p in corpus.root.iterdir()} == before
+    with pytest.raises(ValueError, match="is the corpus"):  # reading its own files: never
+        prepare_text(corpus.files("train"), corpus.root, "en", "de", force=True)
 
 
 def test_failed_first_prepare_writes_nothing(tmp_path):
@@ -234,7 +238,8 @@ def test_failed_first_prepare_writes_nothing(tmp_path):
         prepare_text(
             (src, tgt), tmp_path / "out", "en", "de", config=PrepareConfig(vocab_size=5000)
         )
-    assert list((tmp_path / "out").iterdir()) == []
+    assert not (tmp_path / "out").exists()  # nor a temporary beside it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.de", "a.en"]
 
 
 def test_load_needs_corpus_json(tmp_path):

@@ -9,6 +9,7 @@ from typing import Any
 
 from torch import nn
 
+from aiayn.files import strict_json
 from aiayn.io.checkpoint import find_in_run
 from aiayn.io.export.configs import GenerationSettings
 from aiayn.io.export.targets import (
@@ -112,7 +113,7 @@ def model_card(
                 f"alpha {results.get('alpha')})",
             ]
         body += ["", "## Results", "", "From the run's results.json:", "", "```json"]
-        body += [json.dumps(results, indent=2, ensure_ascii=False), "```"]
+        body += [strict_json(results, ensure_ascii=False).rstrip("\n"), "```"]
     if recipe is not None:
         body += ["", "## Recipe and data", "", f"The run's {RUN_CONFIG_FILE}:", "", "```yaml"]
         body += [recipe.read_text(encoding="utf-8").rstrip(), "```"]

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from aiayn.data.tokenizer import TOKENIZER_FILE
-from aiayn.files import check_fresh_output, check_output, write_atomic, write_dir_atomic
+from aiayn.files import write_atomic, write_fresh_dir
 from aiayn.io.export.card import model_card
 from aiayn.io.export.configs import GenerationSettings
 from aiayn.io.export.hf import export_hf, load_for_export
@@ -163,18 +163,15 @@ def export_ctranslate2(
         raise ExportError(
             "exporting to CTranslate2 needs ctranslate2: pip install ctranslate2"
         ) from None
-    source = weights.parent if weights is not None else spm_path
     out = Path(out)
-    check_output(out, "OUT", directory=True)
-    check_fresh_output(out, "OUT", source, force)
-    with tempfile.TemporaryDirectory(prefix="aiayn-export-") as tmp:
-        hf_dir = Path(tmp) / "hf"
-        export_hf(model, hf_dir, spm=spm_path, generation=generation)
-        if weights is not None:  # the card names the run's results
-            card = model_card(model, target, generation or GenerationSettings(), weights)
-            write_atomic(hf_dir / "README.md", card)
 
-        def fill(tmp_out: Path) -> None:
+    def fill(tmp_out: Path) -> None:
+        with tempfile.TemporaryDirectory(prefix="aiayn-export-") as tmp:
+            hf_dir = Path(tmp) / "hf"
+            export_hf(model, hf_dir, spm=spm_path, generation=generation)
+            if weights is not None:  # the card names the run's results
+                card = model_card(model, target, generation or GenerationSettings(), weights)
+                write_atomic(hf_dir / "README.md", card)
             converter = _ct2_converter(hf_dir, target)
             converter.convert(str(tmp_out), quantization=quantization, force=True)
             write_atomic(tmp_out / TOKENIZER_FILE, spm_path.read_bytes())  # pieces from text
@@ -182,6 +179,6 @@ def export_ctranslate2(
                 if path.name not in (WEIGHTS, "config.json") and not (tmp_out / path.name).exists():
                     write_atomic(tmp_out / path.name, path.read_bytes())
 
-        write_dir_atomic(out, fill)
+    write_fresh_dir([weights, spm_path], out, fill, force)  # never the run, as `export_hf`
     log.info("exported %s to CTranslate2 (%s) in %s", weights or "the model", quantization, out)
     return out

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Callable
 from pathlib import Path
 
 from safetensors.torch import save_file
@@ -12,7 +10,7 @@ from torch import nn
 
 from aiayn.config import ModelConfig
 from aiayn.data.tokenizer import TOKENIZER_FILE, SentencePieceTokenizer
-from aiayn.files import check_fresh_output, check_output, write_atomic, write_dir_atomic
+from aiayn.files import check_finite, strict_json, write_atomic, write_fresh_dir
 from aiayn.io.checkpoint import find_in_run, load_model, read_config, resolve_weights
 from aiayn.io.export.card import model_card
 from aiayn.io.export.configs import GenerationSettings, generation_config, hf_config
@@ -42,18 +40,31 @@ log = logging.getLogger(__name__)
 
 
 def load_for_export(run_or_model: str | Path | nn.Module, spm: str | Path | None):
-    """(model, weights file or None, sentencepiece model path)."""
+    """(model, weights file or None, sentencepiece model path); weights that are not
+    finite are refused by tensor (`aiayn.files.check_finite`)."""
     if isinstance(run_or_model, nn.Module):
         if spm is None:
-            raise ValueError("exporting a model object needs its sentencepiece model (spm=)")
+            raise ValueError(
+                "exporting a model object needs its subword model: give spm=PATH (the "
+                f"{TOKENIZER_FILE} of the corpus it was trained on)"
+            )
+        check_finite(run_or_model.state_dict().items(), "the model")
         return run_or_model, None, Path(spm)
     weights = resolve_weights(run_or_model)
     cfg = read_config(weights)
     hf_target(cfg)  # refuse before reading a weight
     spm_path = Path(spm) if spm is not None else find_in_run(weights, TOKENIZER_FILE)
     if spm_path is None:
-        raise FileNotFoundError(f"no {TOKENIZER_FILE} in the run of {weights}: give spm=")
-    return load_model(weights, cfg=cfg), weights, spm_path
+        raise FileNotFoundError(
+            f"no {TOKENIZER_FILE} beside {weights} or in its run: the export needs the "
+            f"subword model the run was trained with; give it with --tokenizer FILE (the "
+            f"{TOKENIZER_FILE} that aiayn prepare wrote into the corpus)"
+        )
+    if not spm_path.is_file():
+        raise FileNotFoundError(f"--tokenizer {spm_path}: no such file")
+    model = load_model(weights, cfg=cfg)
+    check_finite(model.state_dict().items(), str(weights))
+    return model, weights, spm_path
 
 
 def _check_tokenizer(tokenizer: SentencePieceTokenizer, cfg: ModelConfig, spm: Path) -> None:
@@ -91,21 +102,14 @@ def _write_hf(
         marian_tokenizer_files(spm_path, out, tokenizer, cfg.max_len)
     else:
         fast_tokenizer_files(spm_path, out, tokenizer, target, cfg.max_len)
-    write_atomic(out / "config.json", json.dumps(hf_config(cfg, target), indent=2) + "\n")
+    write_atomic(out / "config.json", strict_json(hf_config(cfg, target)))
     if target != BERT:
         generation = generation_config(cfg, target, settings)
-        write_atomic(out / "generation_config.json", json.dumps(generation, indent=2) + "\n")
+        write_atomic(out / "generation_config.json", strict_json(generation))
     write_atomic(out / "README.md", model_card(model, target, settings, weights))
     # each tensor its own contiguous copy: safetensors stores no shared or strided memory
     tensors = {name: t.float().contiguous().clone() for name, t in state.items()}
     save_file(tensors, str(out / WEIGHTS), metadata={"format": "pt"})
-
-
-def _fresh_dir(out: Path, source: Path, force: bool, fill: Callable[[Path], None]) -> Path:
-    """`fill` a temporary directory renamed to OUT when whole, OUT checked first."""
-    check_output(out, "OUT", directory=True)
-    check_fresh_output(out, "OUT", source, force)
-    return write_dir_atomic(out, fill)
 
 
 def export_hf(
@@ -141,12 +145,12 @@ def export_hf(
     _check_tokenizer(tokenizer, model.cfg, spm_path)
     settings = generation or GenerationSettings()
     model = model.float().eval()
-    source = weights.parent if weights is not None else spm_path
     out = Path(out)
 
     def fill(tmp: Path) -> None:
         _write_hf(model, target, spm_path, tokenizer, settings, weights, tmp)
 
-    _fresh_dir(out, source, force, fill)
+    # never the run (all of it, not only the checkpoint read) nor the subword model's home
+    write_fresh_dir([weights, spm_path], out, fill, force)
     log.info("exported %s as %s to %s", weights or "the model", ARCHITECTURES[target], out)
     return out

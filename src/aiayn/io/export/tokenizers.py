@@ -9,7 +9,7 @@ from pathlib import Path
 
 from aiayn.data.lm import CLS, MASK, SEP
 from aiayn.data.tokenizer import SentencePieceTokenizer
-from aiayn.files import write_atomic
+from aiayn.files import strict_json, write_atomic
 from aiayn.io.export.targets import BERT, ExportError
 
 log = logging.getLogger(__name__)
@@ -26,7 +26,7 @@ def marian_tokenizer_files(
     write_atomic(out / "source.spm", data)
     write_atomic(out / "target.spm", data)
     vocab = {tokenizer.id_to_piece(i): i for i in range(tokenizer.vocab_size)}
-    write_atomic(out / "vocab.json", json.dumps(vocab, ensure_ascii=False, indent=1) + "\n")
+    write_atomic(out / "vocab.json", strict_json(vocab, ensure_ascii=False, indent=1))
     settings = {
         "tokenizer_class": "MarianTokenizer",
         "eos_token": "</s>",
@@ -35,7 +35,7 @@ def marian_tokenizer_files(
         "model_max_length": max_len,
         "separate_vocabs": False,
     }
-    write_atomic(out / "tokenizer_config.json", json.dumps(settings, indent=2) + "\n")
+    write_atomic(out / "tokenizer_config.json", strict_json(settings))
 
 
 def fast_tokenizer_files(
@@ -111,5 +111,5 @@ def fast_tokenizer_files(
             data = (Path(tmp) / name).read_text(encoding="utf-8")
             if name == "tokenizer_config.json":  # whatever the model type, this class
                 settings = json.loads(data) | {"tokenizer_class": "PreTrainedTokenizerFast"}
-                data = json.dumps(settings, indent=2, ensure_ascii=False) + "\n"
+                data = strict_json(settings, ensure_ascii=False)
             write_atomic(out / name, data)
