@@ -8,6 +8,7 @@ temporary folder (about 10 s on 2 cores); the tests then read the built HTML.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import subprocess
@@ -110,3 +111,40 @@ def test_readme_links_lead_to_files_that_exist():
 
 def test_readme_stays_short():
     assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 200
+
+
+def search_docs(site: Path, language: str = "") -> list[dict]:
+    return json.loads((site / language / "search" / "search_index.json").read_text("utf-8"))["docs"]
+
+
+def test_each_language_searches_its_own_pages(site):
+    english, korean = search_docs(site), search_docs(site, "ko")
+    assert not [doc for doc in english if doc["location"].startswith("ko/")]
+    titles = {doc["location"]: doc["title"] for doc in korean}
+    # A Korean tutorial is found under its Korean title, not under its English one.
+    assert titles["tutorials/06-beam-search/"] == "6. 빔 서치 직접 구현하고 aiayn과 비교하기"
+    assert "6. Beam search, by hand and in aiayn" not in titles.values()
+    # A page without a Korean version is searchable on the Korean site too (it serves it).
+    assert "reference/cli/" in titles and (site / "ko" / "reference" / "cli").is_dir()
+    # A Korean page's search box loads the Korean index: its base is the Korean site.
+    html = (site / "ko" / "tutorials" / "06-beam-search" / "index.html").read_text("utf-8")
+    config = json.loads(re.search(r'id="__config" type="application/json">(.*?)</script>',
+                                  html, re.S).group(1))  # fmt: skip
+    assert config["base"] == "../../../ko"
+
+
+def test_the_korean_site_says_which_pages_are_english_and_names_its_menus_in_korean(site):
+    notice = "이 페이지는 영어로만 있습니다"
+    assert notice in text_of(site / "ko" / "reference" / "recipe" / "index.html")
+    assert notice in text_of(site / "ko" / "explanation" / "efficient-attention" / "index.html")
+    assert notice not in text_of(site / "ko" / "tutorials" / "06-beam-search" / "index.html")
+    assert notice not in text_of(site / "reference" / "recipe" / "index.html")
+    menu = text_of(site / "ko" / "index.html")
+    for title in (
+        "스케일드 닷-프로덕트 어텐션 직접 구현하기",
+        "명령줄",
+        "레시피 필드",
+        "용어집",
+        "속도",
+    ):
+        assert title in menu, title
