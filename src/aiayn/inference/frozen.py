@@ -65,13 +65,7 @@ from aiayn.io.int8_weights import (
 from aiayn.models import spec_of
 from aiayn.models.decoder_only import DecoderOnly
 from aiayn.models.encoder_decoder import Transformer
-from aiayn.nn.attention import (
-    MultiHeadAttention,
-    attend,
-    expand_kv,
-    merge_heads,
-    split_heads,
-)
+from aiayn.nn.attention import MultiHeadAttention, merge_heads, split_heads
 from aiayn.nn.kernels import DecodingStore
 from aiayn.nn.layers import FeedForward
 from aiayn.nn.masks import key_mask
@@ -413,7 +407,7 @@ class FrozenCrossAttention(nn.Module):
         super().__init__()
         self.n_heads, self.n_kv_heads = mha.n_heads, mha.n_kv_heads
         self.sizes = [mha.n_kv_heads * mha.d_k, mha.n_kv_heads * mha.d_v]
-        self.kv_of_head = mha.kv_of_head
+        self.kernel, self.kv_of_head = mha.kernel, mha.kv_of_head
         self.q_proj = linears.stacked([mha.q_proj])
         self.kv_proj = linears.stacked([mha.k_proj, mha.v_proj])
         self.out_proj = _output_projection(mha, linears)
@@ -453,8 +447,9 @@ class FrozenCrossAttention(nn.Module):
         if group > 1:  # (B, H, T, Dk) -> (B/G, H, G T, Dk)
             q = q.view(rows, group, self.n_heads, t_len, -1).transpose(1, 2)
             q = q.reshape(rows, self.n_heads, group * t_len, -1)
-        k, v = expand_kv(k, v, self.kv_of_head)
-        out, weights = attend(q, k, v, mask, False, 0.0, need_weights)
+        out, weights = self.kernel.attend_projected(
+            q, k, v, None, mask, False, 0.0, need_weights, None, self.kv_of_head
+        )
         if group > 1:  # (B/G, H, G T, X) -> (B, H, T, X)
             out = _unfold(out, group, t_len)
             weights = None if weights is None else _unfold(weights, group, t_len)

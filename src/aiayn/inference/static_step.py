@@ -35,9 +35,11 @@ compiles once per process and slot count. The weights are the model's own: a lit
 (`aiayn.inference.frozen.freeze`: stacked products, bfloat16, int8 `Int8Linear`). The
 compiled step multiplies by plain copies of oneDNN-packed weights, which do not trace.
 
-What is not covered, and refused with a ValueError naming it: kernels other than the
-dense ones (sdpa, explicit: a sliding window or linear attention keeps other state),
-rotary schemes other than `RotaryPositions`, and token types in the decoder.
+The attention itself is the kernel's (`aiayn.nn.kernels.Kernel.attend_slots`): the step
+keeps the slots' stores and says, per span of slots, how far each attends (`SlotSpan`).
+What is not covered, and refused with a ValueError naming it: kernels that do not
+declare `static_step` (a sliding window or linear attention keeps other state), rotary
+schemes other than `RotaryPositions`, and token types in the decoder.
 
 Shape legend: N slots, L target positions (`max_target`), S source positions
 (`max_source`), D d_model, H heads, Hkv key/value heads, Dk / Dv head sizes, V vocabulary.
@@ -48,9 +50,8 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -68,14 +69,10 @@ from aiayn.inference.search import normalised
 from aiayn.models.decoder_only import DecoderOnly
 from aiayn.models.encoder_decoder import Transformer, check_ids
 from aiayn.nn.attention import MultiHeadAttention, merge_heads, split_heads
-from aiayn.nn.kernels import expand_kv
-from aiayn.nn.kernels.explicit import ExplicitKernel
-from aiayn.nn.kernels.sdpa import SdpaKernel
+from aiayn.nn.kernels import KERNELS, SlotSpan
 from aiayn.nn.positions.rotary import RotaryPositions
 
 log = logging.getLogger(__name__)
-
-_DENSE_KERNELS = (SdpaKernel, ExplicitKernel)
 
 SPAN_COST = 64
 """What one more attention call costs an eager step, in the positions one slot attends:
@@ -83,23 +80,6 @@ consecutive slot groups are attended in one call while the positions that adds (
 slot attending the call's furthest) cost less than a call of their own. On one thread
 a call costs about 10 us more and a slot's position, its keys and values cache-cold,
 0.15 to 0.3 us; on the quickstart's test verses 64 did as well as 0, 256 or no cut."""
-
-
-class _SelfSpan(NamedTuple):
-    """Consecutive slots whose self-attention runs in one call (see `SPAN_COST`)."""
-
-    rows: slice
-    end: int  # target positions attended: the span's furthest, plus one
-    mask: Tensor  # (n, 1, 1, end) True where written
-    bias: Tensor | None  # (n, H, 1, end) the position scheme's score bias
-
-
-class _CrossSpan(NamedTuple):
-    """Consecutive slot groups whose cross-attention runs in one call."""
-
-    groups: slice  # the groups (their sources: `StaticStep.group`)
-    end: int  # source positions attended
-    mask: Tensor  # (n / group, 1, 1, end) True at real source tokens
 
 
 class StaticStep:
@@ -159,19 +139,22 @@ class StaticStep:
                 f"StaticStep rotates by RotaryPositions only, not {type(positions).__name__}"
             )
         for i, layer in enumerate(decoder.layers):
-            kernel = getattr(layer.self_attn, "kernel", None)
-            if not isinstance(kernel, _DENSE_KERNELS):
-                raise ValueError(
-                    f"decoder layer {i} attends with {type(kernel).__name__}: StaticStep "
-                    "covers the dense kernels (sdpa, explicit) only"
-                )
+            for attention in (layer.self_attn, getattr(layer, "cross_attn", None)):
+                kernel = getattr(attention, "kernel", None)
+                if attention is not None and not getattr(kernel, "static_step", False):
+                    covered = ", ".join(name for name, kind in KERNELS.items() if kind.static_step)
+                    raise ValueError(
+                        f"decoder layer {i} attends with {type(kernel).__name__}, which does "
+                        f"not declare static_step: StaticStep covers the kernels that do "
+                        f"({covered})"
+                    )
         param = next(iter(model.decoder.embedding.tokens.parameters()))
         self.dtype, self.device = param.dtype, param.device
         with torch.no_grad():
             table = positions.embeddings(self.max_target, 0)  # (L, D) or None
             self.position_table = None if table is None else table.detach()
             bias = positions.attention_bias(self.max_target, self.max_target)  # (H, L, L)
-            self.bias_table = None if bias is None else bias.detach()
+            self.bias_table = None if bias is None else bias.detach().to(self.dtype)
         self.rotary = positions if positions.rotary else None
         self.n_layers = len(decoder.layers)
         self.self_keys: list[Tensor] = []
@@ -556,7 +539,7 @@ class StaticStep:
             x = x.index_select(0, order)
         return self._project(decoder.final_norm(x))[:, 0]  # (N, V)
 
-    def _spans(self, positions: Tensor) -> tuple[list[_SelfSpan], list[_CrossSpan]]:
+    def _spans(self, positions: Tensor) -> tuple[list[SlotSpan], list[SlotSpan]]:
         """What the slots attend, in calls over consecutive slot groups: a compiled step,
         all L positions and S source positions of every slot in one call each (its fixed
         shapes); an eager one, the positions written so far up to each call's furthest
@@ -579,21 +562,31 @@ class StaticStep:
         self_spans = []
         for a, b, end in self_bounds:
             at = positions[a * group : b * group]
-            written = torch.arange(end, device=positions.device) <= at[:, None]
-            bias = None
-            if self.bias_table is not None:  # (H, L, L): row p is the query at position p
+            written = torch.arange(end, device=positions.device) <= at[:, None]  # (n, end)
+            written = written[:, None, None, :]  # (n, 1, 1, end)
+            if self.bias_table is None:
+                bias = self._masking(written)
+            else:  # (H, L, L): row p is the query at position p
                 bias = self.bias_table[:, at, :end].transpose(0, 1)[:, :, None, :]
-            self_spans.append(
-                _SelfSpan(slice(a * group, b * group), end, written[:, None, None, :], bias)
-            )
+                bias = torch.where(written, bias, float("-inf"))  # (n, H, 1, end)
+            self_spans.append(SlotSpan(slice(a * group, b * group), end, bias))
         cross_spans = []
         for a, b, end in cross_bounds:
             # an empty group attends everything (finite junk, never NaN, which would reach
             # the values a later sentence in its slots masks out: 0 x NaN is NaN)
             source_mask = self.source_mask[a:b, :end]
             source_mask = source_mask | ~source_mask.any(dim=1, keepdim=True)
-            cross_spans.append(_CrossSpan(slice(a, b), end, source_mask[:, None, None, :]))
+            cross_spans.append(
+                SlotSpan(slice(a, b), end, self._masking(source_mask[:, None, None, :]))
+            )
         return self_spans, cross_spans
+
+    def _masking(self, allowed: Tensor) -> Tensor:
+        """A bool mask (True = may attend) as the float bias the kernel adds: 0 or -inf.
+        Made once per step and span, for every layer (SDPA would convert a bool mask at
+        each call)."""
+        bias = torch.full(allowed.shape, float("-inf"), dtype=self.dtype, device=allowed.device)
+        return bias.masked_fill_(allowed, 0.0)
 
     def _self_attention(
         self,
@@ -601,7 +594,7 @@ class StaticStep:
         h: Tensor,
         layer: int,
         positions: Tensor,
-        spans: list[_SelfSpan],
+        spans: list[SlotSpan],
     ) -> Tensor:
         """(N, 1, D) -> (N, 1, D): this step's keys and values written at `positions`,
         then attended, span by span, over the stores' positions written so far."""
@@ -626,12 +619,7 @@ class StaticStep:
             keys = keys.scatter(2, where.expand(k.shape), k)
             values = values.scatter(2, where.expand(v.shape), v)
             self._written += [k, v]
-        out = _joined(
-            _attend(q[span.rows], keys[span.rows, :, : span.end],
-                    values[span.rows, :, : span.end], span.mask, span.bias,
-                    attention.kv_of_head)
-            for span in spans
-        )  # fmt: skip
+        out = attention.kernel.attend_slots(q, keys, values, spans, attention.kv_of_head)
         return self._output(attention, out)
 
     def _cross_attention(
@@ -639,7 +627,7 @@ class StaticStep:
         attention: MultiHeadAttention | FrozenCrossAttention,
         h: Tensor,
         layer: int,
-        spans: list[_CrossSpan],
+        spans: list[SlotSpan],
     ) -> Tensor:
         """(N, 1, D) -> (N, 1, D): attend the stored source of each slot, span by span
         (as far as the span's furthest source reaches); a group's slots attend its one
@@ -649,12 +637,7 @@ class StaticStep:
         # (N, H, 1, Dk) -> (N / G, H, G, Dk): each group's queries side by side
         q = q.view(rows // group, group, heads, -1).transpose(1, 2)
         keys, values = self.cross_keys[layer], self.cross_values[layer]
-        out = _joined(
-            _attend(q[span.groups], keys[span.groups, :, : span.end],
-                    values[span.groups, :, : span.end], span.mask, None,
-                    attention.kv_of_head)
-            for span in spans
-        )  # fmt: skip
+        out = attention.kernel.attend_slots(q, keys, values, spans, attention.kv_of_head)
         # (N / G, H, G, Dv) -> (N, H, 1, Dv)
         out = out.transpose(1, 2).reshape(rows, heads, 1, -1)
         return self._output(attention, out)
@@ -721,29 +704,6 @@ def _merged(ends: list[int], rows: int) -> list[tuple[int, int, int]]:
                 continue
         calls.append((unit, unit + 1, end))
     return calls
-
-
-def _joined(parts: Iterable[Tensor]) -> Tensor:
-    """The spans' outputs, in slot order (one span: itself, not a copy)."""
-    parts = list(parts)
-    return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-
-def _attend(
-    q: Tensor,
-    keys: Tensor,
-    values: Tensor,
-    mask: Tensor,
-    bias: Tensor | None,
-    kv_of_head: tuple[int, ...] | None,
-) -> Tensor:
-    """SDPA of (N, H, 1, Dk) queries over every stored position, `mask` (N, 1, 1, L) True
-    where written; `bias` (N, H, 1, L) added. Returns (N, H, 1, Dv)."""
-    keys, values = expand_kv(keys, values, kv_of_head)
-    scores_mask = mask if bias is None else bias.to(q.dtype).masked_fill(~mask, float("-inf"))
-    return F.scaled_dot_product_attention(
-        q, keys, values, attn_mask=scores_mask, enable_gqa=keys.size(1) != q.size(1)
-    )
 
 
 class StaticDecoder:

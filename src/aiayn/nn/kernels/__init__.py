@@ -18,15 +18,24 @@ is a subclass of `Kernel`, registered by name in its own module:
                      need_weights=False, bias=None): ...
 
 `ModelConfig.attention` names the kernel; `ModelConfig.attention_options` holds its own
-settings (checked by its `from_config`). What a kernel declares is what is checked
-against the rest of the model (`check_positions`), so nothing else names a kernel.
+settings, which the registry checks against the names the kernel declares (`options`)
+and `build_kernel` passes to its `from_config` as keyword arguments. What a kernel
+declares (`Kernel`'s class attributes: dense softmax, exact in Hugging Face's
+attention, the static step, a causal form, ...) is what the rest of aiayn reads: the
+model (`check_positions`), the static step, export and the analyses. Nothing else
+names a kernel.
+
+Every attention module calls its kernel for the attention itself, and differs only in
+how it projects and where it keeps keys and values: the training model's
+`MultiHeadAttention` and the frozen modules through `Kernel.attend_projected`, the
+static decoding step through `Kernel.attend_slots` (which calls it, span by span).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from enum import Enum
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 
 import torch
 from torch import Tensor
@@ -75,31 +84,72 @@ def expand_kv(k: Tensor, v: Tensor, kv_of_head: tuple[int, ...] | None) -> tuple
     return k.index_select(1, index), v.index_select(1, index)
 
 
+class SlotSpan(NamedTuple):
+    """Consecutive slots of a decoding step of fixed shapes (`aiayn.inference.static_step`)
+    whose attention runs in one call: what each slot may attend, from its own position.
+
+    Attributes:
+        rows: the slots (for cross-attention: the slot groups sharing a source).
+        end: positions attended, from 0: the span's furthest position (or source), plus one.
+        bias: float (n, 1 or H, 1, end), added to the scaled scores: -inf where a slot
+            may not attend (not written yet, or source padding), else 0 or the position
+            scheme's bias. Every row has a key it may attend.
+    """
+
+    rows: slice
+    end: int
+    bias: Tensor
+
+
 class Kernel:
     """The attention math of one attention sub-layer, with what it supports declared.
 
-    Class attributes (the declarations; `check_positions` and the tools read them):
+    Class attributes (the declarations; the model, the static step, export and the
+    analyses read them, so that nothing else needs to name a kernel):
         takes_bias: a float bias added to the scores (relative positions, ALiBi).
         takes_full_mask: a (B, H, T, S) bool mask; without it only a key-padding mask
             (B, 1, 1, S).
         has_causal: a causal form (decoder self-attention).
         full_scores: every query-key score is computed, so its cost is the dense
             formula's (`aiayn.training.budget` counts FLOPs only then).
+        dense_softmax: softmax(Q K^T / sqrt(d_k) + bias) V over every key, with the
+            weights on its explicit path (`need_weights`): what the analyses read.
+        exact_in_hf: what Hugging Face `transformers`' attention computes, with no
+            settings of its own: a model with it exports (`aiayn.io.export`).
+        static_step: attends a decoding step's per-slot stores (`attend_slots`, with a
+            float bias that masks): `aiayn.inference.static_step` runs it, and the
+            compiled step and the continuous engine with it.
         cache: what incremental decoding keeps (`CacheKind`).
-        options: the names of its settings in `ModelConfig.attention_options`.
+        options: the names of its settings in `ModelConfig.attention_options`, which
+            `from_config` takes as keyword arguments.
     """
 
     takes_bias: ClassVar[bool] = True
     takes_full_mask: ClassVar[bool] = True
     has_causal: ClassVar[bool] = True
     full_scores: ClassVar[bool] = True
+    dense_softmax: ClassVar[bool] = False
+    exact_in_hf: ClassVar[bool] = False
+    static_step: ClassVar[bool] = False
     cache: ClassVar[CacheKind] = CacheKind.KEYS_VALUES
     options: ClassVar[tuple[str, ...]] = ()
 
+    CAPABILITIES: ClassVar[tuple[str, ...]] = (
+        "dense_softmax", "exact_in_hf", "static_step", "has_causal", "takes_bias",
+        "takes_full_mask", "full_scores",
+    )  # fmt: skip
+    """The declarations that say what a kernel supports (`capabilities`)."""
+
     @classmethod
-    def from_config(cls, cfg: ModelConfig) -> Kernel:
-        """The kernel for a model of `cfg`; its `attention_options` were checked already."""
-        return cls()
+    def capabilities(cls) -> dict[str, bool]:
+        """What the kernel declares it supports, by the names of `CAPABILITIES`."""
+        return {name: bool(getattr(cls, name)) for name in cls.CAPABILITIES}
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig, **options: Any) -> Kernel:
+        """The kernel for a model of `cfg`, with its own `options` (the names it declares
+        in `options`, from `ModelConfig.attention_options`, checked by the registry)."""
+        return cls(**options)
 
     def __call__(
         self,
@@ -143,6 +193,36 @@ class Kernel:
             return self.attend_cached(q, k, v, cache, mask, causal, need_weights, bias, kv_of_head)
         k, v = expand_kv(k, v, kv_of_head)
         return self(q, k, v, mask, causal, dropout_p, need_weights, bias)
+
+    def attend_slots(
+        self,
+        q: Tensor,
+        keys: Tensor,
+        values: Tensor,
+        spans: list[SlotSpan],
+        kv_of_head: tuple[int, ...] | None = None,
+    ) -> Tensor:
+        """One decoding step's attention over stores kept per slot (the static step's):
+        each span's queries over its slots' first `end` stored positions, with the span's
+        bias (which masks what a slot may not attend), through `attend_projected`.
+
+        Args:
+            q: (N, H, T, Dk) queries (T = 1; cross-attention: a slot group's queries side
+                by side); keys, values: (N, Hkv, L, D) the stores.
+            spans: consecutive rows, in order, covering the N rows (`SlotSpan`).
+            kv_of_head: irregular head groups (`expand_kv`).
+
+        Returns:
+            (N, H, T, Dv).
+        """
+        parts = [
+            self.attend_projected(
+                q[span.rows], keys[span.rows, :, : span.end], values[span.rows, :, : span.end],
+                None, None, False, 0.0, False, span.bias, kv_of_head,
+            )[0]
+            for span in spans
+        ]  # fmt: skip
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def new_cache(self) -> DecodingStore:
         """The kernel's own empty decoding store, for a kernel whose `cache` is
@@ -234,19 +314,18 @@ def kernel_options(cfg: ModelConfig) -> dict[str, Any]:
         ValueError: an option the kernel does not take, naming the ones it does.
     """
     kernel_class(cfg.attention)  # a Kernel subclass, or refused
-    return KERNELS.options(
-        str(getattr(cfg.attention, "value", cfg.attention)), cfg.attention_options
-    )
+    return KERNELS.options(cfg.attention, cfg.attention_options)
 
 
 def build_kernel(cfg: ModelConfig) -> Kernel:
-    """The self-attention kernel `cfg.attention`, with its options checked.
+    """The self-attention kernel `cfg.attention`, its options checked by the registry and
+    passed to its `from_config` as keyword arguments (as a position scheme's are).
 
     Raises:
         ValueError: an unknown kernel or option, naming what is registered or taken.
     """
-    kernel_options(cfg)
-    return kernel_class(cfg.attention).from_config(cfg)
+    options = kernel_options(cfg)
+    return kernel_class(cfg.attention).from_config(cfg, **options)
 
 
 def check_positions(

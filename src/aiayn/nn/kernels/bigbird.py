@@ -40,7 +40,7 @@ S), and no score bias.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -101,8 +101,8 @@ class BigBirdKernel(Kernel, nn.Module):
         self._patterns: dict[tuple[int, int], tuple[Tensor, Tensor]] = {}
 
     @classmethod
-    def from_config(cls, cfg: ModelConfig) -> BigBirdKernel:
-        return cls(**dict(cfg.attention_options))
+    def from_config(cls, cfg: ModelConfig, **options: Any) -> BigBirdKernel:
+        return cls(**options)
 
     def __repr__(self) -> str:
         return (

@@ -13,6 +13,10 @@ class ExplicitKernel(Kernel):
     """`attend` on its explicit path (the weights are computed even when not returned):
     the reference the fused path is tested against, and the one to read."""
 
+    dense_softmax = True
+    exact_in_hf = True
+    static_step = True
+
     def __call__(
         self,
         q: Tensor,

@@ -50,7 +50,7 @@ weights, when asked for, are the normalised phi(q_i) . phi(k_j), computed explic
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -174,8 +174,8 @@ class PerformerKernel(Kernel, nn.Module):
         self.register_buffer("projection", self._draw())  # (m, Dk)
 
     @classmethod
-    def from_config(cls, cfg: ModelConfig) -> PerformerKernel:
-        return cls(cfg.d_k, **dict(cfg.attention_options))
+    def from_config(cls, cfg: ModelConfig, **options: Any) -> PerformerKernel:
+        return cls(cfg.d_k, **options)
 
     def __repr__(self) -> str:
         return (

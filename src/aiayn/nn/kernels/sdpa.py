@@ -13,7 +13,6 @@ returns the weights. `SdpaKernel` is the kernel that calls it.
 
 from __future__ import annotations
 
-import contextlib
 import math
 
 import torch
@@ -62,14 +61,15 @@ def attend(
         raise ValueError(
             f"query heads ({n_heads}) must be a multiple of key/value heads ({n_kv_heads})"
         )
-    t_len, s_len = q.size(-2), k.size(-2)
-    if causal and t_len == 1:
-        causal = False  # one query, the newest position: it may attend every key
-    if causal and (mask is not None or bias is not None or need_weights or t_len != s_len):
-        # SDPA's is_causal aligns to the top-left; with a cache we need bottom-right.
-        causal_part = causal_mask(t_len, s_len, device=q.device)
-        mask = causal_part if mask is None else mask & causal_part
-        causal = False
+    if causal:
+        t_len, s_len = q.size(-2), k.size(-2)
+        if t_len == 1:
+            causal = False  # one query, the newest position: it may attend every key
+        elif mask is not None or bias is not None or need_weights or t_len != s_len:
+            # SDPA's is_causal aligns to the top-left; with a cache we need bottom-right.
+            causal_part = causal_mask(t_len, s_len, device=q.device)
+            mask = causal_part if mask is None else mask & causal_part
+            causal = False
     dtype = q.dtype
     in_float32 = not need_weights and _float32_under_cpu_autocast(q)
     if in_float32:  # see _float32_under_cpu_autocast
@@ -82,20 +82,21 @@ def attend(
         mask = mask | ~has_key
     scores_mask = mask
     if bias is not None:
-        bias = bias.to(q.dtype)
+        if bias.dtype != q.dtype:  # (a cast to the same dtype is still a call)
+            bias = bias.to(q.dtype)
         scores_mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
 
     if not need_weights:
-        with torch.autocast("cpu", enabled=False) if in_float32 else contextlib.nullcontext():
+        gqa = n_kv_heads != n_heads
+        if in_float32:
+            with torch.autocast("cpu", enabled=False):
+                out = F.scaled_dot_product_attention(
+                    q, k, v, scores_mask, dropout_p, causal, enable_gqa=gqa
+                ).to(dtype)
+        else:  # (the common path: no context manager to enter at every call)
             out = F.scaled_dot_product_attention(
-                q,
-                k,
-                v,
-                attn_mask=scores_mask,
-                dropout_p=dropout_p,
-                is_causal=causal,
-                enable_gqa=n_kv_heads != n_heads,
-            ).to(dtype)
+                q, k, v, scores_mask, dropout_p, causal, enable_gqa=gqa
+            )
         if has_key is not None:
             out = out.masked_fill(~has_key, 0.0)
         return out, None
@@ -124,13 +125,17 @@ def _float32_under_cpu_autocast(q: Tensor) -> bool:
     `benchmarks/profile_train.py` shows it), so the attention itself is computed in float32, as the softmax of
     mixed-precision training usually is, and its output returned in bfloat16.
     """
-    return q.device.type == "cpu" and q.dtype == torch.bfloat16 and torch.is_autocast_enabled("cpu")
+    return q.dtype == torch.bfloat16 and q.device.type == "cpu" and torch.is_autocast_enabled("cpu")
 
 
 @KERNELS.register("sdpa")
 class SdpaKernel(Kernel):
     """`aiayn.nn.attention.attend`: SDPA's fused kernels (FlashAttention-class on a GPU),
     and its explicit path when the weights are asked for."""
+
+    dense_softmax = True
+    exact_in_hf = True
+    static_step = True
 
     def __call__(
         self,

@@ -286,20 +286,38 @@ class SlidingWindowKernel(Kernel):
 
     Linear in length (`sliding_window_attention`). It takes a key-padding mask only,
     (B, 1, 1, S), and no position bias. With `need_weights` it runs the explicit path
-    with the equivalent band mask, so the weights can be drawn. Its settings are
-    `ModelConfig.attention_window` and `ModelConfig.global_tokens`.
+    with the equivalent band mask, so the weights can be drawn. Its settings are its
+    options (`ModelConfig.attention_options`): `window` (default 256) and
+    `global_tokens` (default 0); runs saved before they moved there, with
+    `attention_window` and `global_tokens` beside the other fields, still load.
+
+    Args:
+        window: keys within this many positions of the query (>= 1).
+        n_global: the first this many positions attend and are attended everywhere (>= 0).
+
+    Raises:
+        ValueError: an option out of range, naming it.
     """
 
     takes_bias = False
     takes_full_mask = False
     full_scores = False
+    options = ("window", "global_tokens")
 
-    def __init__(self, window: int, n_global: int = 0) -> None:
+    def __init__(self, window: int = 256, n_global: int = 0) -> None:
+        for name, value, least in (("window", window, 1), ("global_tokens", n_global, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(
+                    f"ModelConfig.attention_options: sliding_window's {name} must be an "
+                    f"integer >= {least}, got {value!r}"
+                )
         self.window, self.n_global = window, n_global
 
     @classmethod
-    def from_config(cls, cfg: ModelConfig) -> SlidingWindowKernel:
-        return cls(cfg.attention_window, cfg.global_tokens)
+    def from_config(
+        cls, cfg: ModelConfig, window: int = 256, global_tokens: int = 0
+    ) -> SlidingWindowKernel:
+        return cls(window, global_tokens)
 
     def __repr__(self) -> str:
         return f"SlidingWindowKernel(window={self.window}, n_global={self.n_global})"
