@@ -1632,6 +1632,12 @@ def serve(
     body_timeout: Annotated[
         float, typer.Option(help="Seconds a request's body may take to arrive (408 after).")
     ] = 30.0,
+    header_timeout: Annotated[
+        float, typer.Option(help="Seconds a request's headers may take (the connection closes).")
+    ] = 10.0,
+    max_response_bytes: Annotated[
+        int, typer.Option(help="Largest answer with attention maps (413 above).")
+    ] = 32 * 2**20,
     threads: Annotated[int, typer.Option(help="torch threads of the inference thread.")] = 1,
     continuous: Annotated[
         int,
@@ -1654,7 +1660,7 @@ def serve(
     POST /v1/translate, GET /health /ready /info /metrics; the API's documentation is
     at /docs. SIGTERM finishes the requests in flight, then exits.
     """
-    from aiayn.apps.serve import ServeConfig, create_app, run_server
+    from aiayn.apps.serve import ServeConfig, ServerError, create_app, run_server
     from aiayn.apps.translate import Translator
 
     _warnings_to_stderr()
@@ -1670,6 +1676,8 @@ def serve(
             max_beam=max_beam,
             deadline_s=deadline,
             body_timeout_s=body_timeout,
+            header_timeout_s=header_timeout,
+            max_response_bytes=max_response_bytes,
             threads=threads,
             continuous=continuous,
             compile=compile,
@@ -1688,9 +1696,10 @@ def serve(
             )
         else:
             translator = _load_translator(run, device, tokenizer, dtype, shortlist)
-    except (FileNotFoundError, ValueError) as err:
+        server = create_app(translator, settings, run)
+        run_server(server, host, port, access_log)
+    except (FileNotFoundError, ValueError, ServerError) as err:
         raise _fail(err) from None
-    run_server(create_app(translator, settings, run), host, port, access_log)
 
 
 # ----- the main job: quickstart ------------------------------------------------

@@ -20,6 +20,7 @@ from aiayn.apps.serve.batcher import (
     DeadlineExceeded,
     Sentence,
     Stopped,
+    Unservable,
 )
 from aiayn.apps.translate import Translator
 from aiayn.cli import app as cli
@@ -52,6 +53,10 @@ class FakeTable:
 
     def leave(self, handle: int) -> None:
         self.log.append(("leave", self.inside.pop(handle)[1].text, self.steps))
+
+    def reset(self) -> None:
+        self.log += [("reset", entry[1].text, self.steps) for entry in self.inside.values()]
+        self.inside.clear()
 
     @property
     def busy(self) -> bool:
@@ -215,3 +220,130 @@ def test_cli_serve_continuous_refuses_a_negative_count_in_one_line(run):
     assert "continuous must be >= 0" in result.stderr and "Traceback" not in result.output
     alone = CliRunner().invoke(cli, ["serve", str(run), "--compile"])
     assert alone.exit_code == 1 and "set continuous too" in alone.stderr
+
+
+# ----- issue 42: the continuous server survives any one request ------------------------
+
+
+class Fatal(BaseException):
+    """What no `except Exception` catches: it ends the inference thread."""
+
+
+def test_a_table_that_cannot_be_made_fails_its_request_only():
+    class Unmakeable(FakeTable):
+        def room(self, options):
+            if options == "huge":
+                raise RuntimeError("can't allocate memory")
+            return super().room(options)
+
+    batcher = ContinuousBatcher(Unmakeable(size=2), BatchLimits())
+    huge = batcher.submit([_sentence("h0", 1), _sentence("h1", 1)], "huge", time.monotonic() + FAR)
+    good = batcher.submit([_sentence("good", 2)], "a", time.monotonic() + FAR)
+    batcher.start()
+    with pytest.raises(Unservable, match="can't allocate memory"):
+        huge.future.result(timeout=10)
+    assert good.future.result(timeout=10) == ["doog"]
+    assert batcher.running and batcher.failure is None
+    batcher.close(timeout=10)
+
+
+def test_a_thread_that_dies_fails_what_it_holds_and_says_so():
+    class Dying(FakeTable):
+        def advance(self):
+            raise Fatal("gone")
+
+    stopped = threading.Event()
+    batcher = ContinuousBatcher(Dying(size=1), BatchLimits())
+    batcher.on_fatal = stopped.set
+    inside = batcher.submit([_sentence("in", 3)], "a", time.monotonic() + FAR)
+    queued = batcher.submit([_sentence("queued", 3)], "a", time.monotonic() + FAR)
+    batcher.start()
+    assert stopped.wait(timeout=10)
+    for ticket in (inside, queued):
+        with pytest.raises(Stopped, match="inference thread stopped"):
+            ticket.future.result(timeout=10)
+    assert isinstance(batcher.failure, Fatal) and not batcher.running
+    with pytest.raises(Stopped, match="Fatal: gone"):
+        batcher.submit([_sentence("later", 1)], "a", time.monotonic() + FAR)
+
+
+@pytest.mark.parametrize("broken", ["make", "step"])
+def test_a_failure_once_fails_its_request_and_the_next_one_is_answered(
+    translator, run, monkeypatch, broken
+):
+    """The issue's `--continuous 1000000000`: a table that cannot be made (or a step that
+    fails) killed the inference thread; every later request got 504 and /ready 503."""
+    from aiayn.inference import engine
+
+    failures = []
+    real = engine.Engine.__init__ if broken == "make" else engine.Engine.advance
+
+    def once(self, *args, **kwargs):
+        if not failures:
+            failures.append(broken)
+            raise RuntimeError("can't allocate memory")
+        return real(self, *args, **kwargs)
+
+    settings = ServeConfig(continuous=2, deadline_s=20)
+    with TestClient(create_app(translator, settings, run)) as client:  # the default table
+        monkeypatch.setattr(engine.Engine, "__init__" if broken == "make" else "advance", once)
+        body = {"text": "house tree.", "beam": 3}  # beam 3: a table not yet made
+        first = client.post("/v1/translate", json=body)
+        assert first.status_code == (503 if broken == "make" else 500), first.text
+        assert first.headers["content-type"] == "application/json"
+        assert "can't allocate memory" in first.json()["error"]
+        assert client.get("/ready").status_code == 200
+        again = client.post("/v1/translate", json=body)
+        assert again.status_code == 200, again.text
+        other = client.post("/v1/translate", json={"text": "river.", "beam": 2})
+    assert failures == [broken]
+    assert (
+        again.json()["translations"][0]["translation"]
+        == translator.translate(["house tree."], beam=3)[0]
+    )
+    assert (
+        other.json()["translations"][0]["translation"]
+        == translator.translate(["river."], beam=2)[0]
+    )
+
+
+def test_many_alphas_share_one_table_and_tables_stay_within_max_beam(translator, run):
+    """An engine was made and kept for every (beam, alpha) asked for: about 100 MiB per new
+    alpha at beam 16. The tables are kept by beam, at most max_beam slots per sentence."""
+    import weakref
+
+    texts = sentences(3, seed=12)
+    alphas = [0.1 * i for i in range(12)]
+    settings = ServeConfig(continuous=2, max_beam=8, max_chars=400)
+    app = create_app(translator, settings, run)
+    stepper = app.state.batcher.stepper
+    with TestClient(app) as client:
+        answers = [
+            client.post("/v1/translate", json={"text": texts, "beam": 3, "alpha": a}).json()
+            for a in alphas
+        ]
+        assert list(stepper.tables) == [translator.decode.beam, 3]
+        three = weakref.ref(stepper.tables[3])
+        for beam in [1, 2, 5, 6, 2]:
+            reply = client.post("/v1/translate", json={"text": texts[0], "beam": beam})
+            assert reply.status_code == 200
+            assert sum(stepper.tables) <= 8
+        assert three() is None  # dropped, and its memory freed
+        assert list(stepper.tables) == [6, 2]  # least recently used first
+    for alpha, answer in zip(alphas, answers, strict=True):
+        found = [t["translation"] for t in answer["translations"]]
+        assert found == translator.translate(texts, beam=3, alpha=alpha)
+
+
+def test_cli_serve_refuses_a_table_too_large_for_memory_in_one_line(run, monkeypatch):
+    import aiayn.apps.serve
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("aiayn serve started a server with an absurd --continuous")
+
+    monkeypatch.setattr(aiayn.apps.serve, "run_server", refuse)
+    result = CliRunner().invoke(cli, ["serve", str(run), "--continuous", "1000000000"])
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("aiayn: error: continuous=1000000000: a table")
+    assert "MiB are available; decode fewer sentences at once" in lines[0]

@@ -20,7 +20,7 @@ import pytest
 import uvicorn
 from typer.testing import CliRunner
 
-from aiayn.apps.serve import ServeConfig, create_app
+from aiayn.apps.serve import ServeConfig, create_app, uvicorn_config
 from aiayn.apps.translate import Translator
 from aiayn.cli import app as cli
 from infer_helpers import make_run, sentences
@@ -63,7 +63,7 @@ class ThreadServer(Server):
     def __init__(self, translator: Translator, run: Path, settings: ServeConfig) -> None:
         self.port = free_port()
         app = create_app(translator, settings, run)
-        config = uvicorn.Config(app, port=self.port, access_log=False, log_config=None)
+        config = uvicorn_config(app, port=self.port, access_log=False, log_config=None)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()

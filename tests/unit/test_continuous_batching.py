@@ -98,6 +98,28 @@ def test_prompts_of_different_lengths_continue_as_alone(architecture, beam):
     assert [results[i] for i in range(len(rows))] == expected
 
 
+def test_a_table_reconfigured_for_another_search_of_its_width_decodes_as_alone():
+    """The server keeps one table per beam, not per (beam, alpha): `configure` must leave
+    nothing of the previous search behind."""
+    model = small("encoder_decoder", std=0.5, tie_output=False)
+    rows = _rows(sources(6, seed=3))
+    first = DecodeConfig(**SETTINGS["beam"])
+    engine = Engine(model, first, sentences=2)
+    step = engine.step
+    assert len(list(engine.run(rows[:3]))) == 3
+    for settings in [SETTINGS["beam_heuristic"], dict(beam=3, alpha=2.0, nbest=3, extra_len=4)]:
+        config = DecodeConfig(**settings)
+        engine.configure(config)
+        found = {done.request: _seen(done) for done in engine.run(rows)}
+        assert [found[i] for i in sorted(found)] == _alone(model, rows, config)
+    assert engine.step is step  # the same slots
+    with pytest.raises(ValueError, match="3 slots per sentence; a config of 2"):
+        engine.configure(DecodeConfig(beam=2))
+    engine.submit(rows[0])
+    with pytest.raises(ValueError, match="idle"):
+        engine.configure(first)
+
+
 def test_beam_reorder_moves_each_row_to_its_parents_keys_with_fewest_copies():
     generator = torch.Generator().manual_seed(4)
     k = 6

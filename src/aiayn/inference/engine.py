@@ -102,13 +102,37 @@ class Engine:
         if sentences < 1:
             raise ValueError(f"sentences must be >= 1, got {sentences}")
         self.cfg = model.cfg
-        self.config = config
-        self.k = 1 if config.sampling else config.beam
+        self.k = slots_per_sentence(config)
         self.groups = sentences
         # a group's k slots share its sentence's source (stored once, attended together)
         self.step = StaticStep(model, sentences * self.k, max_target, max_source, group=self.k)
         if compile:  # AOTInductor: no guards checked per call (bench_static_step.py)
             self.step.compile(log_probs=True, ahead_of_time=True)
+        self.score_dtype = torch.float64 if self.step.dtype == torch.float64 else torch.float32
+        self._queue: deque[tuple[int, Tensor]] = deque()
+        self._next_request = 0
+        self.live = torch.zeros(sentences, dtype=torch.bool, device=self.step.device)
+        self.configure(config)  # sets the search's bookkeeping and the table
+
+    def configure(self, config: DecodeConfig) -> None:
+        """Search the sentences submitted from now on as `config` says, in the same slots.
+
+        The slots (and their compiled step) depend only on `slots_per_sentence(config)`,
+        so a table serves every config of that width: the length penalty, n-best,
+        length limits, token rules and sampling options are only bookkeeping.
+
+        Raises:
+            ValueError: while sentences are queued or decoded, or for a config of
+                another width (naming both).
+        """
+        if slots_per_sentence(config) != self.k:
+            raise ValueError(
+                f"the table holds {self.k} slots per sentence; a config of "
+                f"{slots_per_sentence(config)} needs another Engine"
+            )
+        if not self.idle:
+            raise ValueError("configure needs an idle engine: sentences are still in its table")
+        self.config = config
         self.rules = config.rules
         self.exact = config.early_stopping is EarlyStopping.EXACT
         self.n_keep = config.nbest if self.exact else self.k
@@ -122,9 +146,6 @@ class Engine:
             if config.sampling
             else greedy_pick
         )
-        self.score_dtype = torch.float64 if self.step.dtype == torch.float64 else torch.float32
-        self._queue: deque[tuple[int, Tensor]] = deque()
-        self._next_request = 0
         self._reset_table()
 
     def _reset_table(self) -> None:
@@ -434,6 +455,12 @@ class Engine:
         """(n,) length penalties in the scores' dtype, as the search divides by them."""
         penalty = length_penalty(length.double(), self.config.alpha, self.config.length_penalty)
         return penalty.to(self.score_dtype)
+
+
+def slots_per_sentence(config: DecodeConfig) -> int:
+    """K, the slots one sentence takes in a table searching with `config` (its beam; one
+    when sampling)."""
+    return 1 if config.sampling else config.beam
 
 
 def _beam_slots(slots: Tensor, parent: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:

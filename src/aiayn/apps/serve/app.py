@@ -26,6 +26,7 @@ deadline passed.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import logging
 import time
@@ -33,6 +34,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import torch
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -48,6 +50,7 @@ from aiayn.apps.serve.batcher import (
     Sentence,
     Stopped,
     Ticket,
+    Unservable,
 )
 from aiayn.apps.serve.engine import (
     ContinuousEngine,
@@ -59,6 +62,7 @@ from aiayn.apps.serve.engine import (
 from aiayn.apps.serve.metrics import CONTENT_TYPE, ServerMetrics
 from aiayn.apps.serve.settings import ServeConfig
 from aiayn.apps.translate import Translator
+from aiayn.inference.search import DecodeConfig, max_output_lengths
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +104,7 @@ def create_app(translator: Translator, settings: ServeConfig, source: Path) -> F
     if settings.continuous:  # sentences join and leave a table of slots at every step
         engine: TranslationEngine = ContinuousEngine(
             translator, settings.threads, corpus_heads(source), settings.continuous,
-            settings.compile,
+            settings.compile, max_slots=settings.max_beam,
         )  # fmt: skip
         batcher = ContinuousBatcher(
             engine, settings.batch_limits(), on_batch=metrics.batch, on_start=engine.start_thread
@@ -127,6 +131,7 @@ def create_app(translator: Translator, settings: ServeConfig, source: Path) -> F
         summary="Translation with dynamic batching.",
         lifespan=lifespan,
     )
+    app.state.settings, app.state.batcher = settings, batcher  # for run_server
     app.add_middleware(
         _Guard,
         metrics=metrics,
@@ -159,6 +164,8 @@ def create_app(translator: Translator, settings: ServeConfig, source: Path) -> F
                 413, f"the request has {tokens} source tokens; at most "
                 f"{settings.max_request_tokens} are taken (max_request_tokens)",
             )  # fmt: skip
+        if body.attention:
+            _check_attention_size(translator, ids, decode, settings.max_response_bytes)
         sentences = [Sentence(text, row) for text, row in zip(texts, ids, strict=True)]
         try:
             ticket = batcher.submit(sentences, Options(decode, body.attention), deadline)
@@ -177,6 +184,9 @@ def create_app(translator: Translator, settings: ServeConfig, source: Path) -> F
     @app.get("/ready")
     async def ready() -> JSONResponse:
         """The inference thread runs and takes work."""
+        if batcher.failure is not None:
+            error = f"the inference thread stopped: {type(batcher.failure).__name__}"
+            return JSONResponse({"status": "not ready", "error": error}, status_code=503)
         if not batcher.running:
             return JSONResponse({"status": "not ready", "error": "not serving"}, status_code=503)
         return JSONResponse({"status": "ready", "queue_depth": batcher.depth()})
@@ -228,6 +238,40 @@ def _check_limits(texts: list[str], body: TranslateRequest, settings: ServeConfi
         raise HTTPException(422, f"beam: {body.beam} is wider than max_beam={settings.max_beam}")
 
 
+def attention_bytes(translator: Translator, ids: list[list[int]], decode: DecodeConfig) -> int:
+    """The most bytes the attention maps of sentences `ids` can take in an answer.
+
+    Each sentence of S source tokens (eos included) gets at most T = its longest
+    translation + 1 decoder positions (bos first), and its maps hold encoder (S x S),
+    decoder (T x T) and cross (T x S) weights per layer and head, each written with
+    `DIGITS` decimals and a comma ("0.125,"); the rest of the payload (tokens, per-head
+    metrics, the logit lens) is counted as 4 more weights per position and head.
+    """
+    from aiayn.apps.explorer import DIGITS
+
+    cfg = translator.model.cfg
+    heads, encoder, decoder = cfg.n_heads, cfg.n_encoder_layers, cfg.n_decoder_layers
+    source = torch.tensor([len(row) for row in ids])  # (B,)
+    longest = max_output_lengths(source, decode.extra_len, cfg.max_len, decode.max_output_len)
+    target = longest + 1
+    weights = heads * (
+        encoder * source**2 + decoder * (target**2 + target * source) + 4 * (source + target)
+    )  # (B,)
+    return int(weights.sum()) * (DIGITS + 3)
+
+
+def _check_attention_size(
+    translator: Translator, ids: list[list[int]], decode: DecodeConfig, limit: int
+) -> None:
+    size = attention_bytes(translator, ids, decode)
+    if size > limit:
+        raise HTTPException(
+            413, f"attention maps of these {len(ids)} sentences could take {size:,} bytes; "
+            f"answers hold at most {limit:,} (max_response_bytes): ask for attention on "
+            "fewer or shorter sentences",
+        )  # fmt: skip
+
+
 async def _answer(ticket: Ticket, request: Request, deadline: float, budget: float) -> list:
     """The ticket's results; 504 once the deadline passes, 499 if the client leaves.
 
@@ -245,6 +289,13 @@ async def _answer(ticket: Ticket, request: Request, deadline: float, budget: flo
             return waiting.result()
         except DeadlineExceeded:
             pass  # answered below
+        except Unservable as err:
+            raise HTTPException(
+                503, f"these decoding options cannot be served now ({err}); ask for a "
+                "narrower beam, or retry later",
+            ) from None  # fmt: skip
+        except Stopped as err:
+            raise HTTPException(503, str(err)) from None
         except Exception as err:
             log.exception("translation failed")
             raise HTTPException(500, f"translation failed: {type(err).__name__}: {err}") from None
@@ -298,7 +349,8 @@ class _Guard:
     latency, and refuses a body over `max_body_bytes` (413, in JSON): at once when its
     declared length says so, else once that many bytes have come. A body not whole
     `body_timeout_s` after the request came gets 408; a client that leaves before
-    sending it all is counted as 499, not as a malformed body.
+    sending it all is counted as 499, not as a malformed body. A body that is not UTF-8
+    gets 400 (`_Utf8Body`): JSON's own reader would take UTF-16 and UTF-32 as well.
     """
 
     def __init__(
@@ -319,7 +371,7 @@ class _Guard:
                 status = message["status"]
             await send(message)
 
-        received, body_done = 0, False
+        received, body_done, utf8 = 0, False, _Utf8Body()
 
         async def receive_limited() -> Message:
             # An HTTPException raised here is answered by the route (FastAPI re-raises it).
@@ -340,6 +392,7 @@ class _Guard:
             received += len(message.get("body", b""))
             if received > self.max_body_bytes:
                 raise HTTPException(413, self._too_large(f"more than {self.max_body_bytes}"))
+            utf8.check(message.get("body", b""), final=body_done)
             return message
 
         declared = dict(scope["headers"]).get(b"content-length", b"")
@@ -355,6 +408,34 @@ class _Guard:
 
     def _too_large(self, size: int | str) -> str:
         return f"the request body has {size} bytes; at most {self.max_body_bytes} are read"
+
+
+class _Utf8Body:
+    """Checks a body, chunk by chunk, for what the API takes: UTF-8 text with no NUL byte.
+
+    JSON text never holds a raw NUL (a control character, escaped inside strings), and
+    UTF-16 and UTF-32 put one beside every ASCII character, so that a body in either,
+    with or without a byte-order mark, is refused even where its bytes happen to be
+    valid UTF-8.
+    """
+
+    def __init__(self) -> None:
+        self.decoder = codecs.getincrementaldecoder("utf-8")()
+        self.offset = 0  # bytes checked so far
+
+    def check(self, chunk: bytes, final: bool) -> None:
+        """Raises: HTTPException 400 naming the first offending byte."""
+        nul = chunk.find(b"\0")
+        try:
+            if nul >= 0:
+                raise ValueError(f"a NUL byte at byte {self.offset + nul} (UTF-16 or UTF-32?)")
+            self.decoder.decode(chunk, final)
+        except (UnicodeDecodeError, ValueError) as err:
+            reason = f"{type(err).__name__}: {err}"
+            raise HTTPException(
+                400, f"the request body is not UTF-8 ({reason}); send JSON encoded as UTF-8"
+            ) from None
+        self.offset += len(chunk)
 
 
 def _mount_explorer(app: FastAPI) -> None:

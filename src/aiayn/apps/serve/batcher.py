@@ -59,7 +59,12 @@ class DeadlineExceeded(Exception):
 
 
 class Stopped(Exception):
-    """The batcher is closing (or closed) and takes no more work."""
+    """The batcher is closing (or closed, or its thread failed) and takes no more work."""
+
+
+class Unservable(Exception):
+    """A request's options cannot be served now: what decodes them could not be made
+    (e.g. a table of slots too large for the memory left)."""
 
 
 @dataclass(frozen=True)
@@ -100,8 +105,9 @@ class BatchLimits:
 class Ticket:
     """A request in the batcher: `future` gets its list of results, in sentence order.
 
-    The future fails with `DeadlineExceeded` when the deadline passes first, or with
-    what `run_batch` raised for one of its sentences.
+    The future fails with `DeadlineExceeded` when the deadline passes first, with
+    `Unservable` when its options cannot be decoded, with `Stopped` when the inference
+    thread failed, or with what `run_batch` raised for one of its sentences.
     """
 
     def __init__(self, size: int, deadline: float) -> None:
@@ -159,6 +165,12 @@ class Batcher:
         on_batch: called with each batch's size (for metrics), on the inference thread.
         on_start: called first thing on the inference thread (e.g. to set torch's
             thread count there).
+
+    Attributes:
+        failure: what ended the inference thread, if anything did (it never should:
+            a failing batch fails its own requests); the batcher then takes no work.
+        on_fatal: called on the inference thread after such a failure (the server
+            sets it to stop, so that the process exits non-zero and is restarted).
     """
 
     def __init__(
@@ -174,7 +186,9 @@ class Batcher:
         self._changed = threading.Condition()
         self._closing = False
         self._free_since = 0.0  # monotonic time the last batch finished
-        self._thread = threading.Thread(target=self._loop, name="aiayn-inference", daemon=True)
+        self.failure: BaseException | None = None
+        self.on_fatal: Callable[[], None] | None = None
+        self._thread = threading.Thread(target=self._serve, name="aiayn-inference", daemon=True)
 
     # ----- request side ----------------------------------------------------------
 
@@ -209,6 +223,8 @@ class Batcher:
             raise ValueError("submit needs at least one sentence")
         ticket = Ticket(len(sentences), deadline)
         with self._changed:
+            if self.failure is not None:
+                raise Stopped(self._failed())
             if self._closing:
                 raise Stopped("the server is shutting down")
             room = self.limits.queue_size - len(self._waiting)
@@ -231,6 +247,30 @@ class Batcher:
             self._thread.join(timeout)
 
     # ----- inference thread ---------------------------------------------------------
+
+    def _serve(self) -> None:
+        """The inference thread: `_loop`. Should that ever end by an exception, the
+        batcher takes no more work (`failure`), fails the requests it holds, and calls
+        `on_fatal`."""
+        try:
+            self._loop()
+        except BaseException as err:
+            log.critical("the inference thread stopped", exc_info=True)
+            with self._changed:
+                self.failure = err
+                self._closing = True
+                self._abandon(Stopped(self._failed()))
+            if self.on_fatal is not None:
+                self.on_fatal()
+
+    def _failed(self) -> str:
+        return f"the inference thread stopped ({type(self.failure).__name__}: {self.failure})"
+
+    def _abandon(self, err: Exception) -> None:
+        """Fail every request held (the thread has stopped). Holds the lock."""
+        for w in self._waiting:
+            w.ticket.fail(err)
+        self._waiting = []
 
     def _loop(self) -> None:
         if self.on_start is not None:
@@ -288,9 +328,9 @@ class Batcher:
         self._waiting = [w for w in self._waiting if w.ticket.live]
 
     def _run(self, batch: list[_Waiting]) -> None:
-        if self.on_batch is not None:
-            self.on_batch(len(batch))
         try:
+            if self.on_batch is not None:
+                self.on_batch(len(batch))
             results = self.run_batch(batch[0].options, [w.sentence for w in batch])
         except Exception as err:  # one bad batch fails its requests, not the server
             log.exception("a batch of %d sentences failed", len(batch))
@@ -321,6 +361,10 @@ class Stepper(Protocol):
 
     def leave(self, handle: Hashable) -> None:
         """Drop a sentence (its slots are freed at once)."""
+        ...
+
+    def reset(self) -> None:
+        """Forget every sentence after a failed step (the table may be half updated)."""
         ...
 
     def advance(self) -> list[tuple[Hashable, Any]]:
@@ -376,31 +420,47 @@ class ContinuousBatcher(Batcher):
                         return
                     self._changed.wait()
                     self._drop_dead()
-                joining = self._joining()
+                head = self._waiting[0] if self._waiting else None
+            # outside the lock: the first sentence of new options may make a table
+            room = 0 if head is None else self._room(head)
+            with self._changed:
+                joining = self._joining(head, room)
             try:
                 self._step(joining)
             except Exception as err:  # a failing step fails the table's requests only
                 log.exception("a decoding step with %d sentences failed", len(self._inside))
-                for handle, w in list(self._inside.items()):
-                    self._leave(handle)
-                    if w.ticket.live:
-                        w.ticket.fail(err)
+                self._abandon_table(err)
 
-    def _joining(self) -> list[_Waiting]:
-        """Take the queue's oldest sentences that fit the table now. Holds the lock."""
+    def _room(self, head: _Waiting) -> int:
+        """Sentences of the head's options that may join now; 0, and the head's request
+        failed with `Unservable`, when the table for them cannot be made."""
+        try:
+            return self.stepper.room(head.options)
+        except Exception as err:
+            log.exception("no table could be made for a request's options")
+            head.ticket.fail(Unservable(f"{type(err).__name__}: {err}"))
+            return 0
+
+    def _joining(self, head: _Waiting | None, room: int) -> list[_Waiting]:
+        """Take up to `room` of the queue's oldest sentences, while they share the head's
+        options (one options at a time). Holds the lock."""
+        self._drop_dead()  # the head's request may have failed or left meanwhile
         joining: list[_Waiting] = []
-        while self._waiting:
-            head = self._waiting[0]
-            if joining and head.options != joining[0].options:  # one options at a time
-                break
-            if self.stepper.room(head.options) <= len(joining):
-                break
+        if head is None:
+            return joining
+        while self._waiting and len(joining) < room and self._waiting[0].options == head.options:
             joining.append(self._waiting.pop(0))
         return joining
 
     def _step(self, joining: list[_Waiting]) -> None:
         for w in joining:
-            self._inside[self.stepper.join(w.options, w.sentence)] = w
+            try:
+                handle = self.stepper.join(w.options, w.sentence)
+            except Exception as err:  # this sentence cannot be decoded: its request fails
+                log.exception("a sentence could not join the table")
+                w.ticket.fail(err)
+                continue
+            self._inside[handle] = w
         if joining and self.on_batch is not None:
             self.on_batch(len(joining))
         now = time.monotonic()
@@ -415,6 +475,20 @@ class ContinuousBatcher(Batcher):
             w = self._inside.pop(handle)
             if w.ticket.live:
                 w.ticket.deliver(w.index, result)
+
+    def _abandon_table(self, err: Exception) -> None:
+        """Fail the requests of the sentences in the table, and empty it."""
+        for w in self._inside.values():
+            if w.ticket.live:
+                w.ticket.fail(err)
+        self._inside.clear()
+        self.stepper.reset()
+
+    def _abandon(self, err: Exception) -> None:
+        super()._abandon(err)
+        for w in self._inside.values():
+            w.ticket.fail(err)
+        self._inside.clear()
 
     def _leave(self, handle: Hashable) -> None:
         self.stepper.leave(handle)

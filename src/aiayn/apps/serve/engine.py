@@ -6,8 +6,12 @@ The batcher (`aiayn.apps.serve.batcher`) knows nothing of models: it hands
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
+import itertools
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -17,9 +21,10 @@ import torch
 
 from aiayn.apps.serve.batcher import Sentence
 from aiayn.apps.translate import Translator
-from aiayn.inference.engine import Engine
+from aiayn.inference.engine import Engine, slots_per_sentence
 from aiayn.inference.search import DecodeConfig
 from aiayn.inference.shortlist import Shortlisted
+from aiayn.inference.static_step import StaticStep
 from aiayn.io.checkpoint import find_in_run
 
 log = logging.getLogger(__name__)
@@ -108,19 +113,29 @@ class ContinuousEngine(TranslationEngine):
     """A `Translator` behind the `ContinuousBatcher`: a `Stepper` over the continuous-batching
     engine (`aiayn.inference.engine.Engine`).
 
-    One `Engine` per decoding configuration, made when first asked for (its step is
-    compiled then, with `compile`), of `sentences` x beam slots holding the model's
-    `max_len` positions; one runs at a time, and another's sentences join once it has
-    drained. Results are `run_batch`'s: the translation and, when asked, the explorer's
-    attention maps of the hypothesis the engine found.
+    Engines are kept by their slots per sentence K (the beam; one when sampling), not by
+    decoding configuration: a table of `sentences` x K slots, holding the model's
+    `max_len` positions, serves every configuration of that width (`Engine.configure`:
+    the length penalty and the other options are bookkeeping), and its step is compiled
+    once, with `compile`. One runs at a time; another configuration's sentences join once
+    it has drained. The tables kept hold at most `max_slots` slots per sentence in all
+    (the widest table a request may ask for): a table that does not fit evicts the least
+    recently used ones first. The table of the model's default decoding is made at once,
+    so that a table too large for the machine is refused before the server starts.
+
+    Results are `run_batch`'s: the translation and, when asked, the explorer's attention
+    maps of the hypothesis the engine found.
 
     Args:
         translator, threads, corpus: as for `TranslationEngine`.
         sentences: sentences decoded at once (>= 1).
         compile: compile each engine's step when it is made.
+        max_slots: slots per sentence kept in all, over every table (default: the
+            widest of the model's default beam and 16).
 
     Raises:
-        ValueError: an output shortlist (the engine projects onto the whole vocabulary).
+        ValueError: an output shortlist (the engine projects onto the whole vocabulary),
+            or a table of the default decoding that cannot be made (too large).
     """
 
     def __init__(
@@ -130,6 +145,7 @@ class ContinuousEngine(TranslationEngine):
         corpus: dict[Any, dict[str, Any]] | None = None,
         sentences: int = 16,
         compile: bool = False,
+        max_slots: int | None = None,
     ) -> None:
         super().__init__(translator, threads, corpus)
         if isinstance(translator.engine, Shortlisted):
@@ -138,38 +154,98 @@ class ContinuousEngine(TranslationEngine):
                 "an output shortlist"
             )
         self.sentences, self.compile = sentences, compile
-        self._engines: dict[DecodeConfig, Engine] = {}
-        self._running: DecodeConfig | None = None
+        default = translator.decode_config()
+        self.max_slots = max(max_slots or 16, slots_per_sentence(default))
+        # by slots per sentence, least recently used first
+        self._engines: OrderedDict[int, Engine] = OrderedDict()
+        self._running: DecodeConfig | None = None  # the config of the sentences in the table
         self._joined: dict[tuple[DecodeConfig, int], tuple[Options, Sentence]] = {}
+        self._blanks = itertools.count(1)  # blank sentences' handles: -1, -2, ...
+        try:
+            self._engine(default)
+        except (MemoryError, RuntimeError) as err:  # RuntimeError: "can't allocate memory"
+            raise ValueError(
+                f"continuous={sentences}: {err}; decode fewer sentences at once"
+            ) from None
+
+    @property
+    def tables(self) -> dict[int, Engine]:
+        """The engines kept, by slots per sentence (least recently used first)."""
+        return dict(self._engines)
 
     def _engine(self, config: DecodeConfig) -> Engine:
-        if config not in self._engines:
-            self._engines[config] = Engine(
-                self.translator.engine, config, self.sentences, compile=self.compile
+        """The engine for `config`, made (evicting others) or reconfigured if need be."""
+        width = slots_per_sentence(config)
+        engine = self._engines.get(width)
+        if engine is None:
+            while self._engines and sum(self._engines) + width > self.max_slots:
+                evicted, _ = self._engines.popitem(last=False)
+                log.info("continuous batching: dropped the table of %d slots per sentence", evicted)
+            gc.collect()  # the step's tensors sit in reference cycles: free them before making more
+            self._check_memory(width)
+            try:
+                engine = Engine(
+                    self.translator.engine, config, self.sentences, compile=self.compile
+                )
+            except RuntimeError as err:  # the allocator's "can't allocate memory"
+                raise MemoryError(f"{self._table(width)}: {err}") from None
+            self._engines[width] = engine
+        self._engines.move_to_end(width)
+        if engine.config != config:
+            engine.configure(config)
+        return engine
+
+    def _table(self, width: int) -> str:
+        return f"a table of {self.sentences} sentences x {width} slots"
+
+    def _check_memory(self, width: int) -> None:
+        """Refuse a table larger than the memory available, before allocating it (an
+        allocation that succeeds only lazily ends in the kernel's out-of-memory killer).
+
+        Raises:
+            MemoryError: naming the table's size and the memory available.
+        """
+        one = StaticStep(self.translator.engine, width, group=width)  # one sentence's slots
+        stores = [*one.self_keys, *one.self_values, *one.cross_keys, *one.cross_values]
+        need = self.sentences * sum(t.nbytes for t in stores)
+        free = available_memory(one.device)
+        if free is not None and need > free:
+            raise MemoryError(
+                f"{self._table(width)} needs {need / 2**20:,.0f} MiB; "
+                f"{free / 2**20:,.0f} MiB are available"
             )
-        return self._engines[config]
 
     def room(self, options: Options) -> int:
-        if self.busy and options.decode != self._running:
+        if self._running is not None and options.decode != self._running:
             return 0
         engine = self._engine(options.decode)
         return engine.free_groups - engine.queued
 
     def join(self, options: Options, sentence: Sentence) -> tuple[DecodeConfig, int]:
         if not any(t != self.translator.model.cfg.eos_id for t in sentence.ids):  # blank
-            handle = (options.decode, -1 - len(self._joined))
+            handle = (options.decode, -next(self._blanks))
             self._joined[handle] = (options, sentence)
             return handle
+        engine = self._engine(options.decode)
+        handle = (options.decode, engine.submit(sentence.ids))
         self._running = options.decode
-        handle = (options.decode, self._engine(options.decode).submit(sentence.ids))
         self._joined[handle] = (options, sentence)
         return handle
 
     def leave(self, handle: tuple[DecodeConfig, int]) -> None:
         config, request = handle
-        if request >= 0:
-            self._engine(config).cancel(request)
+        if request >= 0 and config == self._running:
+            self._engines[slots_per_sentence(config)].cancel(request)
         self._joined.pop(handle, None)
+        self._drained()
+
+    def reset(self) -> None:
+        """Forget every sentence, and drop the running engine (a failed step may have
+        left its table half updated): the next sentences get a new one."""
+        if self._running is not None:
+            self._engines.pop(slots_per_sentence(self._running), None)
+        self._joined.clear()
+        self._running = None
 
     @property
     def busy(self) -> bool:
@@ -179,7 +255,8 @@ class ContinuousEngine(TranslationEngine):
         finished = [handle for handle in self._joined if handle[1] < 0]  # blank: nothing to run
         found: dict[tuple[DecodeConfig, int], Any] = dict.fromkeys(finished)
         if self._running is not None:
-            for done in self._engine(self._running).advance():
+            engine = self._engines[slots_per_sentence(self._running)]
+            for done in engine.advance():
                 found[(self._running, done.request)] = done.hypotheses
         out = []
         for handle, hypotheses in found.items():
@@ -196,7 +273,33 @@ class ContinuousEngine(TranslationEngine):
                     self.translator, sentence.text, options.decode, best, corpus=self.corpus
                 )
             out.append((handle, result))
+        self._drained()
         return out
+
+    def _drained(self) -> None:
+        """Once no sentence of the running config is left, any config may run next."""
+        if not any(request >= 0 for _, request in self._joined):
+            self._running = None
+
+
+def available_memory(device: torch.device) -> int | None:
+    """Bytes that may still be allocated on `device`, or None where that is not known.
+
+    On the CPU: Linux's MemAvailable, or less where the process's cgroup (a container's
+    memory cap) has less left.
+    """
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    left = []
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        with open("/proc/meminfo") as meminfo:
+            found = [line for line in meminfo if line.startswith("MemAvailable:")]
+        left.append(int(found[0].split()[1]) * 1024)
+    with contextlib.suppress(OSError, ValueError):  # cgroup v2; "max" is no cap
+        cap = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = Path("/sys/fs/cgroup/memory.current").read_text().strip()
+        left.append(int(cap) - int(used))
+    return min(left) if left else None
 
 
 def model_info(translator: Translator, source: Path) -> dict[str, Any]:

@@ -33,6 +33,13 @@ class ServeConfig:
             request's start (408 after, and the connection is closed): a client that
             sends part of its body and stalls holds no connection longer. At most
             `MAX_DEADLINE_S`.
+        header_timeout_s: seconds a request's line and headers may take to arrive,
+            counted from when the connection opened or its previous answer was sent:
+            a client that drips its headers (slow loris) is disconnected then. At most
+            `MAX_DEADLINE_S`.
+        max_response_bytes: the largest answer with attention maps: a request whose
+            maps could take more (`attention_bytes`, from its sentences' lengths and
+            their longest translations) gets 413 before it is decoded.
         threads: torch's intra-op threads for the inference thread (at most the
             machine's cores).
         continuous: with N > 0, sentences are decoded N at once by continuous batching
@@ -53,6 +60,8 @@ class ServeConfig:
     max_beam: int = 16
     deadline_s: float = 30.0
     body_timeout_s: float = 30.0
+    header_timeout_s: float = 10.0
+    max_response_bytes: int = 32 * 2**20
     threads: int = 1
     continuous: int = 0
     compile: bool = False
@@ -60,7 +69,7 @@ class ServeConfig:
     def __post_init__(self) -> None:
         positive = (
             "queue_size max_tokens max_batch max_chars max_sentences max_request_tokens "
-            "max_beam threads"
+            "max_beam max_response_bytes threads"
         )
         for name in positive.split():
             if getattr(self, name) < 1:
@@ -71,7 +80,7 @@ class ServeConfig:
             )
         if self.compile and not self.continuous:
             raise ValueError("compile compiles the continuous engine's step: set continuous too")
-        for name in ("deadline_s", "body_timeout_s"):
+        for name in ("deadline_s", "body_timeout_s", "header_timeout_s"):
             if not 0 < getattr(self, name) <= MAX_DEADLINE_S:  # nan too
                 raise ValueError(
                     f"{name} must lie in (0, {MAX_DEADLINE_S:g}] seconds, got {getattr(self, name)}"
