@@ -13,8 +13,8 @@ a second process out (one trainer per run directory).
 
 Before the work, every writer checks its output with `check_output`: never a run,
 corpus or input the command reads, nor inside one or around one, and a directory that
-holds something replaced only with --force. What an output holds is checked too: JSON
-is strict (`strict_json`: NaN as null), weights are finite (`check_finite`).
+holds something replaced only with --force. Every JSON file is strict (`strict_json`:
+NaN as null).
 
 Every text file aiayn reads line by line goes through `read_lines` (`decode_lines`
 for a stream such as stdin), which refuses a line longer than `MAX_LINE_BYTES`.
@@ -666,8 +666,7 @@ def write_fresh_dir(
     `out` that could not be written or would destroy something (`check_output`: never
     the source, inside it or holding it; not one that holds something, unless `force`),
     then let `fill(tmp)` fill a temporary that replaces `out` when whole
-    (`write_dir_atomic`), once its weights are checked finite (`check_finite_weights`).
-    A refusal or a failure, a full disk included, leaves `out` as it was.
+    (`write_dir_atomic`). A refusal or a failure, a full disk included, leaves `out` as it was.
 
     Args:
         source: what `out` is made from: a run, checkpoint or directory, input files,
@@ -681,8 +680,8 @@ def write_fresh_dir(
         `out`.
 
     Raises:
-        ValueError: an `out` refused (naming `option` and why), a file of `source`
-            that cannot be read (naming it), or weights written that are not finite.
+        ValueError: an `out` refused (naming `option` and why), or a file of `source`
+            that cannot be read (naming it).
         WriteFailed: (an OSError) the system refused a write to `out`.
     """
     reads, out = _as_paths(source), Path(out)
@@ -695,53 +694,11 @@ def write_fresh_dir(
             if err.errno is None or err.filename is None or tmp in Path(err.filename).parents:
                 raise
             raise ValueError(f"cannot read {err.filename}: {err.strerror}") from None
-        made_from = " and ".join(map(str, reads)) or "the model"
-        check_finite_weights(tmp, f"{option} {out}: the weights made from {made_from}")
 
     return write_dir_atomic(out, checked_fill)
 
 
-# ----- what an output may hold: finite numbers -----------------------------------------
-
-
-def check_finite(tensors: Iterable[tuple[str, Any]], where: str) -> None:
-    """Refuse weights that hold NaN or infinities, naming the first such tensor: no model
-    computes anything with them, and a reader (transformers, CTranslate2) would load them
-    without a word.
-
-    Args:
-        tensors: (name, torch tensor) pairs; those not floating point are skipped.
-        where: what holds them, for the message.
-
-    Raises:
-        ValueError: naming `where`, the tensor and how many of its values are NaN or
-            infinite.
-    """
-    import torch
-
-    for name, tensor in tensors:
-        if not tensor.is_floating_point() or bool(torch.isfinite(tensor).all()):
-            continue
-        nan, inf = int(torch.isnan(tensor).sum()), int(torch.isinf(tensor).sum())
-        raise ValueError(
-            f"{where}: tensor {name} holds {nan:,} NaN and {inf:,} infinite values (of "
-            f"{tensor.numel():,}); weights must be finite (did the training diverge?), "
-            "so nothing was written"
-        )
-
-
-def check_finite_weights(directory: str | Path, where: str) -> None:
-    """`check_finite` over every .safetensors file under `directory`.
-
-    Raises:
-        ValueError: as `check_finite`, naming the file too.
-    """
-    from safetensors import safe_open
-
-    for path in sorted(Path(directory).rglob(f"*{_WEIGHTS_SUFFIX}")):
-        with safe_open(str(path), framework="pt") as weights:
-            named = ((name, weights.get_tensor(name)) for name in weights.keys())  # noqa: SIM118
-            check_finite(named, f"{where} ({path.name})")
+# ----- what an output may hold: JSON as the standard has it ------------------------
 
 
 def strict_json(data: Any, **options: Any) -> str:

@@ -2,7 +2,8 @@
 `convert` into a directory that holds something, and lines without end.
 
 A write never replaces what the path leads to. Every command that writes a file is run with its output path (or a file it writes
-inside its output directory) made, in turn, into:
+inside its output directory) made, in turn, into (`prepare` writes its directory whole,
+as `convert` does: a directory holding such a node is refused without --force):
 
 - a FIFO: the bytes must come through the pipe (a reader thread drains it), the same
   bytes the command writes to a plain file, and the FIFO must still be a FIFO;
@@ -89,16 +90,16 @@ WRITERS = [
     ),
     ("attention --out", "attention {run} 'the house' --out {out}", "cross.png"),
     ("heads --out", "heads {run} --sentences 4 --out {out}", "heads.json"),
-    (
-        "prepare text --out",
-        "prepare text --src-train {corpus}/train.en --tgt-train {corpus}/train.de "
-        "--src-lang en --tgt-lang de --vocab-size 40 --out {out}",
-        "train.de",
-    ),
-    ("prepare lm text", "prepare lm text {corpus}/train.en {out} --vocab-size 40", "train.xx"),
     ("train --run", TRAIN + " data.corpus={corpus} --run {out}", "config.yaml"),
 ]
 IDS = [writer[0] for writer in WRITERS]
+# `prepare` writes its OUT whole, as `convert` does (issue 42): a directory holding a
+# FIFO, a device or a link is refused without --force, never written into
+PREPARE_TEXT = (
+    "prepare text --src-train {corpus}/train.en --tgt-train {corpus}/train.de "
+    "--src-lang en --tgt-lang de --vocab-size 40 --out {out}"
+)
+PREPARE_LM = "prepare lm text {corpus}/train.en {out} --vocab-size 40"
 
 
 @pytest.fixture(autouse=True)
@@ -274,9 +275,9 @@ DIRECTORY_WRITERS = [
     ("evaluate --out", WRITERS[3][1], "{out}"),
     ("attention --out", WRITERS[4][1], "{out}"),
     ("heads --out", WRITERS[5][1], "{out}"),
-    ("prepare text --out", WRITERS[6][1], "{out}"),
-    ("prepare lm text", WRITERS[7][1], "{out}"),
-    ("train --run", WRITERS[8][1], "{out}"),
+    ("prepare text --out", PREPARE_TEXT, "{out}"),
+    ("prepare lm text", PREPARE_LM, "{out}"),
+    ("train --run", WRITERS[6][1], "{out}"),
     ("quickstart --out", "quickstart --out {out}", "{out}"),
 ]
 
@@ -308,6 +309,25 @@ def test_a_directory_output_that_is_a_fifo_or_device_is_refused(
     _one_line_error(result, str(path))
     assert stat.S_ISFIFO(os.lstat(path).st_mode) if node == "fifo" else _is_device(path, NULL)
     assert [p.name for p in path.parent.iterdir() if p.name.startswith(f".{path.name}.")] == []
+
+
+@pytest.mark.parametrize("command", [PREPARE_TEXT, PREPARE_LM], ids=["text", "lm text"])
+@pytest.mark.parametrize("node", ["fifo", "link"])
+def test_prepare_into_a_directory_holding_a_node_needs_force(world, tmp_path, command, node):
+    """The directory is replaced whole or not at all: without --force, a FIFO or a link
+    inside it stays as it was, and nothing is written through it."""
+    out = tmp_path / "out"
+    out.mkdir()
+    inside, elsewhere = out / "train.de", tmp_path / "elsewhere"
+    elsewhere.write_text("the old contents\n")
+    if node == "fifo":
+        os.mkfifo(inside)
+    else:
+        os.symlink(elsewhere, inside)
+    _one_line_error(_invoke(world, command, out), str(out), "is not empty", "--force")
+    assert stat.S_ISFIFO(os.lstat(inside).st_mode) if node == "fifo" else inside.is_symlink()
+    assert elsewhere.read_text() == "the old contents\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere", "out"]
 
 
 def test_average_follows_a_symlinked_directory_and_keeps_the_link(world, tmp_path):

@@ -10,7 +10,7 @@ from torch import nn
 
 from aiayn.config import ModelConfig
 from aiayn.data.tokenizer import TOKENIZER_FILE, SentencePieceTokenizer
-from aiayn.files import check_finite, strict_json, write_atomic, write_fresh_dir
+from aiayn.files import strict_json, write_atomic, write_fresh_dir
 from aiayn.io.checkpoint import find_in_run, load_model, read_config, resolve_weights
 from aiayn.io.export.card import model_card
 from aiayn.io.export.configs import GenerationSettings, generation_config, hf_config
@@ -32,6 +32,7 @@ from aiayn.io.export.weights import (
     gpt_neox_state_dict,
     seq2seq_state_dict,
 )
+from aiayn.io.hf_config import checked_tensor
 
 log = logging.getLogger(__name__)
 
@@ -39,16 +40,24 @@ log = logging.getLogger(__name__)
 # ----- the export --------------------------------------------------------------------
 
 
+def _check_finite(model: nn.Module, where: str | Path) -> None:
+    """Refuse weights that hold NaN or infinities, by tensor: the formats would take
+    them without a word, and the exported model compute nothing."""
+    for name, tensor in model.state_dict().items():
+        if tensor.is_floating_point():
+            checked_tensor(name, tensor, Path(where), ExportError)
+
+
 def load_for_export(run_or_model: str | Path | nn.Module, spm: str | Path | None):
     """(model, weights file or None, sentencepiece model path); weights that are not
-    finite are refused by tensor (`aiayn.files.check_finite`)."""
+    finite are refused by tensor."""
     if isinstance(run_or_model, nn.Module):
         if spm is None:
             raise ValueError(
                 "exporting a model object needs its subword model: give spm=PATH (the "
                 f"{TOKENIZER_FILE} of the corpus it was trained on)"
             )
-        check_finite(run_or_model.state_dict().items(), "the model")
+        _check_finite(run_or_model, "the model")
         return run_or_model, None, Path(spm)
     weights = resolve_weights(run_or_model)
     cfg = read_config(weights)
@@ -63,7 +72,7 @@ def load_for_export(run_or_model: str | Path | nn.Module, spm: str | Path | None
     if not spm_path.is_file():
         raise FileNotFoundError(f"--tokenizer {spm_path}: no such file")
     model = load_model(weights, cfg=cfg)
-    check_finite(model.state_dict().items(), str(weights))
+    _check_finite(model, weights)
     return model, weights, spm_path
 
 
@@ -134,7 +143,8 @@ def export_hf(
         OUT.
 
     Raises:
-        ExportError: a setting no Hugging Face architecture expresses exactly (named).
+        ExportError: a setting no Hugging Face architecture expresses exactly, or a
+            weight that is NaN or infinite (named).
         FileNotFoundError: no checkpoint, or no sentencepiece model.
         ValueError: an OUT refused (naming why).
         aiayn.files.WriteFailed: the system refused a write to OUT.
