@@ -294,18 +294,25 @@ def prepare_listops_command(
         0.05, help="Fraction of LRA's 96,000 / 2,000 / 2,000 split sizes, in (0, 1]."
     ),
     seed: int = typer.Option(0, help="Seed of the expressions drawn."),
+    force: bool = _PREPARE_FORCE,
 ):
     """Long Range Arena's ListOps, generated offline with its rules (aiayn.data.listops);
     a directory already holding the same settings' data set is kept."""
+    import json
     import logging
+    from dataclasses import asdict
 
-    from aiayn.data.listops import ListOpsConfig, write_listops
+    from aiayn.data.listops import MANIFEST, ListOpsConfig, write_listops
     from aiayn.files import check_output
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         config = ListOpsConfig(scale=scale, seed=seed)
-        check_output(out, "--out", directory=True)
+        try:  # the same settings' data set is kept by write_listops: nothing is written
+            recorded = json.loads((Path(out) / MANIFEST).read_text("utf-8"))["settings"]
+        except (OSError, ValueError, KeyError, TypeError):
+            recorded = None
+        check_output(out, "--out", directory=True, force=force or recorded == asdict(config))
         write_listops(out, config)
     except (OSError, ValueError) as err:
         raise _fail(err) from None
@@ -321,6 +328,7 @@ def prepare_bible_books_command(
         "web", callback=_utf8, help="English text: web (World English Bible) or kjv."
     ),
     seed: int = typer.Option(0, help="Seed of the passage lengths."),
+    force: bool = _PREPARE_FORCE,
 ):
     """Byte-level classification: which book of the Bible a 1-4 KB passage comes from,
     held out by chapter (aiayn.data.bible_books)."""
@@ -337,7 +345,7 @@ def prepare_bible_books_command(
         raise _fail(ValueError(f"--src must be web or kjv, got {src!r}")) from None
     try:
         config = PassageConfig(labels=labels.lower(), seed=seed)
-        check_output(out, "--out", directory=True)
+        check_output(out, "--out", directory=True, force=force)
         sizes = write_bible_books(out, config, english)
     except (OSError, ValueError) as err:
         raise _fail(err) from None

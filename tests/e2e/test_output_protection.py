@@ -372,3 +372,16 @@ def test_an_out_of_255_characters_is_written(world, tmp_path, command):
     assert result.exit_code == 0, result.output
     assert (out / ("model.safetensors" if command == "export" else "corpus.json")).is_file()
     assert [p.name for p in tmp_path.iterdir()] == [out.name]  # no temporary left
+
+
+def test_prepare_listops_keeps_its_own_data_set_and_replaces_another_only_with_force(tmp_path):
+    out = tmp_path / "listops"
+    args = ["prepare", "listops", "--out", str(out), "--scale", "0.0005"]
+    assert _invoke(args).exit_code == 0
+    before = _digest(out)
+    assert _invoke(args).exit_code == 0  # the same settings: kept, nothing written
+    assert _digest(out) == before
+    _one_line_error(_invoke([*args, "--seed", "1"]), str(out), "is not empty", "--force")
+    assert _digest(out) == before
+    assert _invoke([*args, "--seed", "1", "--force"]).exit_code == 0
+    assert _digest(out) != before
