@@ -11,7 +11,7 @@ BROWSER_PACKAGES := chromium chromium-driver fonts-nanum  # Hangul, for the Kore
 # Folders ruff looks at (benchmarks/ may not exist yet; docs/hooks: the site's build code).
 CODE := $(wildcard src tests benchmarks docs/hooks)
 
-.PHONY: demo test lint format install sword browser clean bench release-reference docs docs-serve
+.PHONY: demo test audit-cpus lint format install sword browser clean bench release-reference docs docs-serve
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -76,8 +76,20 @@ format: install
 	$(BIN)/ruff check --fix $(CODE)
 	$(BIN)/ruff format $(CODE)
 
+# The tests that train a model and assert on the outcome (marked `trains`, the docs pages
+# among them) run a second time under another CPU's kernels: PyTorch's and oneDNN's AVX2
+# code instead of this machine's own (AVX-512, AMX), so a claim that holds on one CPU's
+# float sums only fails here, not on a learner's laptop.
+AVX2_KERNELS := ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2
+
 test: install lint sword browser
 	$(BIN)/python -m pytest -n 2 -q
+	$(AVX2_KERNELS) $(BIN)/python -m pytest -n 2 -q -m trains
+
+# The portability audit: the `trains` tests under 3 seeds and both kernel sets, a table of
+# pass/fail (long: about six times the marked tests).
+audit-cpus: install sword
+	$(BIN)/python tests/variants/audit.py --out audit-cpus.md
 
 # The docs site (mkdocs.yml): built into site/, or served at http://127.0.0.1:8000 while
 # you edit. `make test` builds it too (--strict, tests/docs/test_docs_site.py).

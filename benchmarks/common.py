@@ -219,15 +219,9 @@ def median(values: list[float]) -> float:
 
 
 def machine() -> str:
-    model = platform.processor() or "cpu"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} cores"
+    from aiayn.devices import machine as this_machine
+
+    return this_machine()
 
 
 def without_unsupported_bf16(

@@ -7,6 +7,10 @@ would fail later, deep inside a model. `usable_device` refuses them by name.
 
 from __future__ import annotations
 
+import os
+import platform
+from pathlib import Path
+
 import torch
 
 
@@ -44,3 +48,21 @@ def usable_device(name: str, option: str = "--device") -> torch.device:
             "use cpu or cuda"
         ) from None
     return device
+
+
+def cpu_model() -> str:
+    """The CPU's model name as /proc/cpuinfo gives it ("AMD EPYC", "Intel(R) Xeon(R) ..."),
+    or the platform's word for it where there is no /proc/cpuinfo."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def machine() -> str:
+    """This machine as results record it: the CPU model and its core count
+    ("AMD EPYC, 2 cores"). Figures measured on one CPU are compared by this name."""
+    return f"{cpu_model()}, {os.cpu_count()} cores"

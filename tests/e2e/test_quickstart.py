@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from aiayn.apps.quickstart import QuickstartConfig, default_recipe, evenly_spaced, recipes_dir
 from aiayn.cli import app
 from aiayn.data.corpus import PreparedCorpus
+from aiayn.devices import machine
 from aiayn.files import read_lines
 
 runner = CliRunner()
@@ -88,6 +89,10 @@ def test_quickstart_tiny_end_to_end_and_resume(tmp_path):
     assert results["device"] == "cpu" and results["test_pairs"] == 12
     assert results["steps"] > 0 and 0.3 <= results["train_minutes"] <= 1.5
     assert len(results["samples"]) == 5
+    # Which machine and which precision, so that a figure says where it came from (issue 41).
+    assert results["machine"] == machine()
+    assert results["precision"] == {"requested": "fp32", "chosen": "fp32"}  # the recipe's
+    assert "precision: fp32" in first.output
 
     # The score is sacreBLEU's on the files written, against the corpus's references.
     hypotheses = read_lines(out / "eval" / "hypotheses.txt")

@@ -191,6 +191,7 @@ def test_bad_in_context_windows_are_refused_by_name(options, message):
         build_task("lm", cfg, options)
 
 
+@pytest.mark.trains
 def test_the_attention_only_recipe_trains_and_logs_the_in_context_loss(tmp_path):
     rng = np.random.default_rng(0)
     for name, n in (("train.txt", 200), ("valid.txt", 40)):

@@ -7,6 +7,7 @@ import math
 import random
 from pathlib import Path
 
+import pytest
 import torch
 
 from aiayn import ModelConfig, Transformer
@@ -37,6 +38,7 @@ def _train_losses(run_dir: Path) -> list[float]:
     return [r["nll"] for r in records if r["kind"] == "train"]
 
 
+@pytest.mark.trains
 def test_bf16_autocast_trains_like_fp32_and_its_checkpoint_round_trips(tmp_path):
     trainer = _copy_task_trainer(tmp_path / "bf16", "bf16")
     assert trainer.precision is Precision.BF16

@@ -147,6 +147,7 @@ def test_a_corpus_without_classes_is_refused_by_name(tmp_path):
         )
 
 
+@pytest.mark.trains
 def test_the_listops_recipe_trains_a_classifier_end_to_end(tmp_path):
     """The packaged recipe through the trainer (a tiny model on the corpus above, with a
     Performer kernel): updates, a validation with its accuracy, a loadable model."""

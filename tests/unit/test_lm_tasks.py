@@ -198,6 +198,7 @@ def valid_records(run: Path) -> list[dict]:
 
 
 @pytest.mark.slow
+@pytest.mark.trains
 def test_lm_trains_logs_perplexity_and_averages(mono, tmp_path):
     result = train_from_recipe(recipe(mono, "lm", {"preset": "gpt"}), tmp_path, progress=False)
     assert (result.steps, result.stopped) == (6, "max_steps")

@@ -120,6 +120,7 @@ def test_its_spec_is_its_own_so_freeze_refuses_it_by_name(tmp_path):
         torch.testing.assert_close(loaded.eval()(ids), model(ids))
 
 
+@pytest.mark.trains
 def test_the_lm_translation_task_trains_it():
     """A few updates of the task's loss on one batch lower it: the shape plugs into the
     task unchanged (the prefix comes from the separator the task puts in each row)."""

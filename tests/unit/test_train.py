@@ -73,6 +73,7 @@ def test_copy_task_reaches_98_percent_exact_match_with_greedy_search(tmp_path):
     assert exact >= 0.98
 
 
+@pytest.mark.trains
 def test_resume_is_bit_exact(corpus, tmp_path):
     """Stopped after update 3 and resumed to 6 == 6 updates in one go (dropout on, accumulation 2)."""
     common = [f"data.corpus={corpus}", "train.accumulation=2", "train.valid_every_steps=2"]

@@ -46,7 +46,7 @@ from aiayn.data.batching import TokenBatcher
 from aiayn.data.corpus import CORPUS_FILE, PreparedCorpus
 from aiayn.data.prepare import BIBLE_VOCAB_SIZE, PrepareConfig, prepare_bible
 from aiayn.data.tokenizer import TOKENIZER_FILE
-from aiayn.devices import usable_device
+from aiayn.devices import cpu_model, machine, usable_device
 from aiayn.files import write_atomic
 from aiayn.io.checkpoint import (
     BEST_DIR,
@@ -59,6 +59,7 @@ from aiayn.io.checkpoint import (
 from aiayn.training.budget import budget_line, training_budget
 from aiayn.training.distributed import DistEnv
 from aiayn.training.evaluate import score, write_report
+from aiayn.training.precision import auto_choice, choice_line
 from aiayn.training.recipe import CONFIG_FILE, load_recipe
 from aiayn.training.tasks import build_task
 from aiayn.training.trainer import TrainResult, train_from_recipe
@@ -247,7 +248,8 @@ def run_quickstart(
     corpus = prepared_bible(out / "data", config.vocab_size, echo)
 
     overrides = config.recipe_overrides(corpus.root)
-    seed = load_recipe(recipe, overrides).train.seed
+    loaded = load_recipe(recipe, overrides)
+    seed = loaded.train.seed
     check_same_seed(out / "run", seed)
     echo(
         f"train: {recipe.name if isinstance(recipe, Path) else recipe} on {config.device}, "
@@ -258,6 +260,8 @@ def run_quickstart(
         f"train: {trained.steps:,} steps, {trained.epochs:.2f} epochs, "
         f"{trained.train_minutes:.1f} minutes (stopped: {trained.stopped})"
     )
+    precision = auto_choice(loaded.train.precision, torch.device(config.device))
+    echo(choice_line(precision))
     budget = run_budget(recipe, overrides, corpus, trained, config.device)
     if budget is not None:
         echo(budget_line(budget))
@@ -280,6 +284,11 @@ def run_quickstart(
     echo(scores.summary())
     scoring = Scoring(config.beam, config.alpha, weights_rule)
     echo(reference_line(recipe, config.minutes, config.device, scoring, config.overrides))
+    reference = recorded_reference(recipe, config.minutes, config.device, scoring, config.overrides)
+    here = this_machine(config.device)
+    elsewhere = other_machine_line(reference, here)
+    if elsewhere is not None:
+        echo(elsewhere)
     echo("")
     samples = []
     for i in evenly_spaced(len(pairs), config.samples):
@@ -305,6 +314,8 @@ def run_quickstart(
         "seed": seed,
         "device": config.device,
         "device_name": _device_name(config.device),
+        "machine": here,
+        "reference_machine": None if reference is None else reference.get("machine"),
         "test_pairs": len(pairs),
         "average_last": config.average_last,
         "beam": config.beam,
@@ -319,6 +330,7 @@ def run_quickstart(
         "weights_rule": weights_rule,
         "attention_sentence": sentence,
         "samples": samples,
+        "precision": precision,
         "budget": budget,
         "date": time.strftime("%Y-%m-%d"),
     }
@@ -414,20 +426,19 @@ class Scoring:
         return f"beam {self.beam}, alpha {self.alpha:g}, weights {self.weights}"
 
 
-def reference_line(
+def recorded_reference(
     recipe: str | Path,
     minutes: float,
     device: str,
     scoring: Scoring,
     overrides: tuple[str, ...] = (),
-) -> str:
-    """The line printed next to BLEU: recorded runs of this recipe, budget and scoring.
+) -> dict | None:
+    """The recorded runs this quickstart compares with, or None where none are recorded.
 
-    From `configs/quickstart-reference.json`: per recipe, minutes, device kind,
-    overrides (`--set`, the seed's excepted) and `scoring` (beam, alpha, weights rule),
-    the median and range of test BLEU over the recorded seeds. Runs of another version
-    of the recipe file (`recipe_digest`, where both are known), and entries that do not
-    record their scoring, do not count. Says so when none is recorded.
+    From `configs/quickstart-reference.json`: the entry of the same recipe, minutes, device
+    kind, overrides (`--set`, the seed's excepted) and `scoring` (beam, alpha, weights
+    rule). Runs of another version of the recipe file (`recipe_digest`, where both are
+    known), and entries that do not record their scoring, do not count.
     """
     name, kind = Path(recipe).name, device.split(":")[0]
     wanted = [o for o in overrides if not o.startswith("train.seed=")]
@@ -441,16 +452,59 @@ def reference_line(
         scored = (entry.get("beam"), entry.get("alpha"), entry.get("weights"))
         same_scoring = scored == (scoring.beam, scoring.alpha, scoring.weights)
         if same_run and same_version and same_scoring and entry.get("overrides", []) == wanted:
-            bleu = entry["bleu"]
-            return (
-                f"reference on {entry['machine']}: median {statistics.median(bleu):.2f} BLEU "
-                f"(range {min(bleu):.2f}-{max(bleu):.2f}) over {len(bleu)} seed"
-                f"{'s' if len(bleu) != 1 else ''}, {minutes:g} minutes, {scoring.describe()}"
-            )
-    settings = "".join(f" {o}" for o in wanted)
+            return entry
+    return None
+
+
+def reference_line(
+    recipe: str | Path,
+    minutes: float,
+    device: str,
+    scoring: Scoring,
+    overrides: tuple[str, ...] = (),
+) -> str:
+    """The line printed next to BLEU: recorded runs of this recipe, budget and scoring.
+
+    The median and range of test BLEU over the seeds of `recorded_reference`'s entry;
+    says so when none is recorded.
+    """
+    entry = recorded_reference(recipe, minutes, device, scoring, overrides)
+    if entry is None:
+        wanted = [o for o in overrides if not o.startswith("train.seed=")]
+        settings = "".join(f" {o}" for o in wanted)
+        return (
+            f"reference: none recorded yet for {Path(recipe).name}{settings} at {minutes:g} "
+            f"minutes on {device.split(':')[0]} with {scoring.describe()}"
+        )
+    bleu = entry["bleu"]
     return (
-        f"reference: none recorded yet for {name}{settings} at {minutes:g} minutes on {kind} "
-        f"with {scoring.describe()}"
+        f"reference on {entry['machine']}: median {statistics.median(bleu):.2f} BLEU "
+        f"(range {min(bleu):.2f}-{max(bleu):.2f}) over {len(bleu)} seed"
+        f"{'s' if len(bleu) != 1 else ''}, {minutes:g} minutes, {scoring.describe()}"
+    )
+
+
+def this_machine(device: str) -> str:
+    """The machine a quickstart runs on, named as the references name theirs: the CPU and
+    its cores ("AMD EPYC, 2 cores"), or the CUDA device's name."""
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    return machine()
+
+
+def other_machine_line(reference: dict | None, here: str) -> str | None:
+    """One line where the references came from another machine than `here`, else None.
+
+    A 15-minute run's BLEU depends on the machine twice over: its speed sets how many
+    updates fit in the budget, and its float sums (other SIMD widths, other kernels) take
+    training along another path.
+    """
+    if reference is None or reference.get("machine") in (None, here):
+        return None
+    return (
+        f"the references came from {reference['machine']}; this is {here}: another CPU "
+        "makes another number of updates in the same minutes and sums floats in another "
+        "order, so expect BLEU to differ by more than the seeds' range"
     )
 
 
@@ -478,13 +532,4 @@ def train_longer_command(config: QuickstartConfig) -> str:
 def _device_name(device: str) -> str:
     if device.startswith("cuda"):
         return torch.cuda.get_device_name(torch.device(device))
-    import platform
-
-    name = platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text(errors="replace").splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    return f"{name}, {torch.get_num_threads()} threads"
+    return f"{cpu_model()}, {torch.get_num_threads()} threads"
