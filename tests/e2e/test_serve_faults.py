@@ -372,3 +372,184 @@ def test_cli_refuses_a_body_timeout_out_of_range_in_one_line(run: Path, value: s
     assert result.output.strip().splitlines() == [
         f"aiayn: error: body_timeout_s must lie in (0, 86400] seconds, got {float(value)}"
     ]
+
+
+# ----- issue 42: the server's edges ----------------------------------------------------
+
+
+def drip(port: int, head: bytes, every_s: float, for_s: float) -> tuple[bool, bytes]:
+    """Send `head`, then one more header byte every `every_s` seconds for up to `for_s`
+    (slow loris); whether the server closed the connection meanwhile, and what it sent."""
+    received = b""
+    with socket.create_connection(("127.0.0.1", port)) as conn:
+        conn.sendall(head)
+        limit = time.monotonic() + for_s
+        while time.monotonic() < limit:
+            conn.settimeout(every_s)
+            try:
+                chunk = conn.recv(65536)
+            except TimeoutError:
+                try:
+                    conn.sendall(b"a")
+                except OSError:  # reset: closed
+                    return True, received
+                continue
+            except OSError:
+                return True, received
+            if not chunk:
+                return True, received
+            received += chunk
+    return False, received
+
+
+@pytest.fixture(scope="module")
+def impatient(translator: Translator, run: Path) -> Iterator[Server]:
+    """A server that waits 0.5 s for a request's headers."""
+    server = ThreadServer(translator, run, ServeConfig(header_timeout_s=0.5))
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize(
+    "head",
+    [b"", b"POST /v1/translate HTTP/1.1\r\n", b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: "],
+    ids=["nothing", "request-line", "a-header"],
+)
+def test_a_client_dripping_its_headers_is_disconnected(impatient: Server, head: bytes) -> None:
+    # 40 such connections stayed open 12 s and more: there was no header timeout
+    closed, received = drip(impatient.port, head, every_s=0.1, for_s=15)
+    assert closed and received == b""
+    assert httpx.get(f"{impatient.url}/health", timeout=10).status_code == 200
+
+
+def test_a_keep_alive_connection_dripping_its_next_headers_is_disconnected(
+    impatient: Server,
+) -> None:
+    body = json.dumps({"text": "house."}).encode()
+    first = (
+        b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+        + b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: "  # the next request, dripping
+    )
+    closed, received = drip(impatient.port, first, every_s=0.1, for_s=15)
+    assert closed
+    assert received.startswith(b"HTTP/1.1 200 ") and b'"translations"' in received
+    assert received.count(b"HTTP/1.1 ") == 1  # the dripped request got nothing
+
+
+def test_a_slow_request_whose_headers_came_in_time_is_answered(impatient: Server) -> None:
+    """The header timeout is not a request timeout: the body has its own (body_timeout_s)."""
+    body = json.dumps({"text": "house tree."}).encode()
+    with socket.create_connection(("127.0.0.1", impatient.port)) as conn:
+        conn.sendall(
+            b"POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        )
+        time.sleep(1.0)  # twice the header timeout, the body not sent yet
+        conn.sendall(body)
+        conn.settimeout(30)
+        received = conn.recv(65536)
+    assert received.startswith(b"HTTP/1.1 200 "), received
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le"])
+def test_a_body_in_another_encoding_than_utf8_gets_400(server: Server, encoding: str) -> None:
+    # JSON's reader takes UTF-16 and UTF-32 too; the documentation says UTF-8 only
+    reply = post_raw(server, json.dumps({"text": "house."}).encode(encoding))
+    assert reply.status_code == 400, reply.text
+    assert reply.headers["content-type"] == "application/json"
+    answer = reply.json()
+    assert answer["status"] == 400 and "not UTF-8" in answer["error"]
+    assert translate(server, {"text": "house."}).status_code == 200
+
+
+def test_utf8_with_or_without_a_byte_order_mark_is_taken(server: Server) -> None:
+    text = "caf\u00e9 house \U0001f3e0."
+    plain = post_raw(server, json.dumps({"text": text}, ensure_ascii=False).encode())
+    marked = post_raw(server, json.dumps({"text": text}).encode("utf-8-sig"))
+    assert plain.status_code == marked.status_code == 200
+    assert plain.json() == marked.json()
+
+
+def test_attention_maps_above_the_response_cap_are_refused_before_decoding(
+    translator: Translator, run: Path
+) -> None:
+    """A 30 KB request with "attention": true was answered with 102 MiB."""
+    from aiayn.apps.serve.app import attention_bytes
+
+    texts = sentences(8, seed=21)
+    decode = translator.decode_config()
+    sizes = [attention_bytes(translator, translator.encode([t]), decode) for t in texts]
+    cap = sorted(sizes)[4]  # some sentences fit alone, all together do not
+    settings = ServeConfig(max_response_bytes=cap, max_chars=2000)
+    server = ThreadServer(translator, run, settings)
+    try:
+        before = server.metric("aiayn_batch_size_count")
+        refused = translate(server, {"text": texts, "attention": True})
+        assert refused.status_code == 413, refused.text
+        assert refused.json()["status"] == 413
+        assert "max_response_bytes" in refused.json()["error"]
+        assert server.metric("aiayn_batch_size_count") == before  # nothing was decoded
+        for text, size in zip(texts, sizes, strict=True):
+            reply = translate(server, {"text": text, "attention": True})
+            if size > cap:
+                assert reply.status_code == 413
+                continue
+            assert reply.status_code == 200, reply.text
+            # the estimate bounds what is sent (the rest of the answer is a few bytes)
+            payload = reply.json()["translations"][0]["attention"]
+            assert len(json.dumps(payload, separators=(",", ":"))) <= size
+            assert len(reply.content) <= cap
+        assert translate(server, {"text": texts}).status_code == 200  # no maps: no cap
+    finally:
+        server.stop()
+
+
+def test_attention_bytes_counts_the_weights_the_maps_hold(translator: Translator) -> None:
+    """The bound, against the maps' own shapes: S x S, T x T and T x S weights per layer and
+    head, for the longest T the search allows."""
+    from aiayn.apps.explorer import DIGITS
+    from aiayn.apps.serve.app import attention_bytes
+
+    cfg = translator.model.cfg
+    decode = translator.decode_config()
+    ids = translator.encode(["house tree.", "river."])
+    found = attention_bytes(translator, ids, decode)
+    expected = 0
+    for row in ids:
+        s = len(row)
+        t = min(s + decode.extra_len, cfg.max_len) + 1
+        per_head = cfg.n_encoder_layers * s * s + cfg.n_decoder_layers * (t * t + t * s)
+        expected += cfg.n_heads * (per_head + 4 * (s + t)) * (DIGITS + 3)
+    assert found == expected
+
+
+def test_cli_serve_on_a_busy_port_is_one_error_line(run: Path) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        result = CliRunner().invoke(cli, ["serve", str(run), "--port", str(port)])
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().splitlines() == [
+        f"aiayn: error: cannot listen on 127.0.0.1:{port} (Address already in use); choose "
+        "another --port, or stop what holds it"
+    ]
+
+
+@pytest.mark.parametrize(
+    "host, words",
+    [
+        ("999.1.1.1", "--host '999.1.1.1': not an address to listen on"),
+        ("no such host.invalid", "--host 'no such host.invalid': not an address to listen on"),
+        ("192.0.2.1", "cannot listen on 192.0.2.1:"),  # TEST-NET-1: not this machine's
+    ],
+    ids=["bad-ip", "bad-name", "not-ours"],
+)
+def test_cli_serve_on_an_invalid_host_is_one_error_line(run: Path, host: str, words: str) -> None:
+    result = CliRunner().invoke(cli, ["serve", str(run), "--host", host, "--port", "8000"])
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"aiayn: error: {words}"), result.output
+    assert "give an address of this machine" in lines[0]
