@@ -44,34 +44,75 @@ DESCRIBED_FEATURES = {
 }
 
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-RESULTS = ROOT / "benchmarks" / "results"
-
-
-README = ROOT / "README.md"
-
-
-DOCS = ROOT / "docs"
-
-
-BLOCK = re.compile(r"<!-- report:([a-z0-9-]+) -->\n(.*?)<!-- /report:\1 -->", re.DOTALL)
-
-
-# The CPU features a figure can depend on: bf16 rows need AMX or AVX512-BF16 to win.
-KEY_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
-
-
-# Files written before the provenance record name the machine but not its flags.
-DESCRIBED_FEATURES = {
-    "Intel(R) Xeon(R) Processor, 2 cores": "CPU features not in the file; README described "
-    "this machine when it was measured as AVX-512, AVX-512-VNNI and AMX"
-}
-
-
 def load(name: str) -> dict[str, Any]:
     return json.loads((RESULTS / f"{name}.json").read_text())
+
+
+# ----- which file is the newest of a measurement ---------------------------------------
+
+
+def measures(data: dict[str, Any]) -> list[dict[str, str]]:
+    """What a results file measures: its `measures` records, each a system (what is
+    compared), a cell (the shape, setting, threads and machine) and a harness (how)."""
+    found = data.get("measures") or []
+    return [found] if isinstance(found, dict) else list(found)
+
+
+def measurements() -> dict[str, tuple[str, list[dict[str, str]]]]:
+    """Every results file's date and `measures`, by name."""
+    index = {}
+    for path in sorted(RESULTS.glob("*.json")):
+        data = load(path.stem)
+        index[path.stem] = (data.get("date") or "", measures(data))
+    return index
+
+
+def superseding(name: str, index: dict | None = None) -> dict[str, list[str]]:
+    """The newer files that measure what results file NAME measures (the same system in
+    the same cell), each with the systems they measure again; empty if none.
+
+    `index`: `measurements()`, when the caller asks about several files.
+    """
+    index = measurements() if index is None else index
+    date, mine = index[name]
+    ours = {(m["system"], m["cell"]) for m in mine}
+    newer: dict[str, list[str]] = {}
+    for other, (other_date, theirs) in index.items():
+        if other == name or other_date <= date:
+            continue
+        again = [m["system"] for m in theirs if (m["system"], m["cell"]) in ours]
+        if again:
+            newer[other] = again
+    return newer
+
+
+# A page shows a superseded file only where it says why, in a sentence ending in this
+# marker: "... the fair race did not run bf16.<!-- older: decode -->".
+OLDER = re.compile(r"\S[^\n]*?<!-- older: ([A-Za-z0-9_.-]+) -->")
+NAMED = re.compile(r"benchmarks/results/([A-Za-z0-9_.-]+)\.json")
+
+
+def older_sources(text: str, names: list[str], index: dict | None = None) -> list[str]:
+    """Each of `names` (results files a page shows) that a newer file supersedes and the
+    page does not say why it shows (`OLDER`), one line each."""
+    if not names:
+        return []
+    index = measurements() if index is None else index
+    said = set(OLDER.findall(text))
+    problems = []
+    for name in dict.fromkeys(names):
+        if name in said or name not in index:
+            continue
+        newer = superseding(name, index)
+        if newer:
+            by = ", ".join(
+                f"benchmarks/results/{n}.json ({'; '.join(s)})" for n, s in newer.items()
+            )
+            problems.append(
+                f"benchmarks/results/{name}.json is superseded by {by}: show the newer file, "
+                f"or say on the page why the older one is shown, ending with <!-- older: {name} -->"
+            )
+    return problems
 
 
 def number(value: float) -> str:
@@ -111,6 +152,8 @@ def load_mark(data: dict[str, Any], needs_quiet: bool = False) -> str | None:
     work beside the run kept the load average above 0.75 per core; such a file is marked
     wherever it is shown. A table of absolute latencies or throughputs measured one system at a time
     (`needs_quiet`: serve, generate) is marked also when its file records no quiet load.
+    A file older than the `load` record is marked when the load average it kept from its
+    end, less its own threads, was above the same limit.
     """
     load = data.get("load")
     if load and load.get("noisy"):
@@ -120,6 +163,17 @@ def load_mark(data: dict[str, Any], needs_quiet: bool = False) -> str | None:
             f"its own), above {load['limit']:g} for {load['cores']} cores; the figures may be "
             "lower than on a quiet machine."
         )
+    end, cores = data.get("load_average"), re.search(r"(\d+) cores", data.get("machine", ""))
+    threads = data.get("args", {}).get("threads", data.get("threads"))
+    if not load and end and cores and threads is not None:  # own threads known
+        own, limit = int(str(threads).split(",")[0]), 0.75 * int(cores.group(1))
+        if end[0] - own > limit:
+            return (
+                f"**Measured under load:** load average {end[0]:g} at its end ({own} "
+                f"thread(s) of its own), above {limit:g} for {cores.group(1)} cores; the file "
+                "has no record from before its timed part, and the figures may be lower than "
+                "on a quiet machine."
+            )
     if needs_quiet and not (load and load.get("noisy") is False):
         end = data.get("load_average")
         at_end = f" ({end[0]:g} at its end, its own threads included)" if end else ""
@@ -186,6 +240,8 @@ def source(
     else:
         missing.append("command")
     line = "Source: " + "; ".join(said) + "."
+    if data.get("file_note"):  # how the file came to its name or form, in its own words
+        line += f" The file's note: {data['file_note'].rstrip('.')}."
     if missing:
         line += (
             " This file predates the provenance record and does not say its "

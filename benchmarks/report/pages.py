@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks import report
-from benchmarks.report import BLOCK
+from benchmarks.report import BLOCK, NAMED
 from benchmarks.report.analysis import (
     alignment,
     export,
@@ -50,7 +50,7 @@ from benchmarks.report.speed import (
     train,
     train_compile,
 )
-from benchmarks.report.verdicts import goals
+from benchmarks.report.verdicts import VERDICTS, all_goals, goals
 
 TABLES: dict[str, Callable[[], str]] = {
     "goals": goals,
@@ -116,7 +116,7 @@ def recorded(name: str) -> Callable[[], bool]:
 WHEN = {
     "decode-cells": has_cells,
     "decode-fair-cells": lambda: has_cells("decode-fair"),
-    "decode-memory": has_cells,
+    "decode-memory": lambda: has_cells("decode-fair"),
     "quickstart": has_quickstart_runs,
     "train-profile": recorded("train-profile"),
     "quality": recorded("quality"),
@@ -169,17 +169,87 @@ def blocks(text: str) -> dict[str, str]:
     return {m.group(1): m.group(2) for m in BLOCK.finditer(text)}
 
 
-def stale(texts: dict[str, str], rendered: dict[str, str]) -> list[str]:
-    """Each problem with the documents' blocks, one line each (empty: all up to date).
+# A goal's verdict in prose, rendered from `verdicts.all_goals` as tables are:
+# "The goal is <!-- verdict:gpu-mfu -->not met<!-- /verdict -->."
+VERDICT = re.compile(r"<!-- verdict:([a-z0-9-]+) -->(.*?)<!-- /verdict -->")
+# A verdict written by hand: what the prose may not say outside a verdict span.
+HAND_VERDICT = re.compile(
+    r"\b(?:met|meets?|missed|miss(?:es)?|achieved|fell short|falls short)\b|달성|미달|충족",
+    re.IGNORECASE,
+)
+FIGURE_MARKER = re.compile(r"<!-- figure: ([^>]*?) -->")
+FENCED = re.compile(r"^```.*?^```", re.DOTALL | re.MULTILINE)
+NOT_PROSE = re.compile(r"`[^`\n]*`|<!--.*?-->|\]\([^)]*\)", re.DOTALL)
+
+
+def render_verdicts() -> dict[str, dict[str, str]]:
+    """Each goal with a threshold: its verdict in each language (`verdicts.VERDICTS`)."""
+    return {
+        name: {language: words[goal.met] for language, words in VERDICTS.items()}
+        for name, goal in all_goals().items()
+        if goal.met is not None
+    }
+
+
+def language(name: str) -> str:
+    """A document's language: "ko" for a Korean twin (X.ko.md), else "en"."""
+    return "ko" if name.endswith(".ko.md") else "en"
+
+
+def prose(text: str) -> str:
+    """`text` with its rendered blocks, verdict spans, code, comments and link targets
+    blanked (line numbers kept)."""
+
+    def blank(match: re.Match[str]) -> str:
+        return re.sub(r"[^\n]", " ", match.group(0))
+
+    for pattern in (BLOCK, VERDICT, FENCED, NOT_PROSE):
+        text = pattern.sub(blank, text)
+    return text
+
+
+def hand_verdicts(name: str, text: str) -> list[str]:
+    """Each verdict of a goal written by hand in a document's prose, one line each."""
+    return [
+        f"{name}:{number}: {match.group(0)!r} is a verdict written by hand: render the "
+        "goal's verdict with <!-- verdict:NAME -->...<!-- /verdict --> (benchmarks/report/"
+        "verdicts.py), or say what was measured against what without a verdict"
+        for number, line in enumerate(prose(text).splitlines(), 1)
+        for match in HAND_VERDICT.finditer(line)
+    ]
+
+
+def shown_files(text: str, rendered: dict[str, str]) -> list[str]:
+    """The results files a document shows: those its tables' Source lines name and those
+    its figure markers name."""
+    names = [
+        n for table in blocks(text) if table in rendered for n in NAMED.findall(rendered[table])
+    ]
+    for marker in FIGURE_MARKER.findall(text):
+        names += [source.partition(":")[0] for source in marker.split()]
+    return names
+
+
+def stale(
+    texts: dict[str, str],
+    rendered: dict[str, str],
+    verdicts: dict[str, dict[str, str]] | None = None,
+) -> list[str]:
+    """Each problem with the documents, one line each (empty: all up to date).
 
     Args:
         texts: each document's name (README.md, docs/...) and its text.
         rendered: each table's name and its rendering (`render_all`).
+        verdicts: each goal's verdict by language (`render_verdicts`, the default).
 
     Returns:
         A table that no document holds; per document, a block that names no table, or
-        one that differs from its rendering.
+        one that differs from its rendering; a verdict span that names no goal or differs
+        from the goal's verdict; a verdict written by hand; a results file shown that a
+        newer one supersedes, where the page does not say why; a results file without
+        its `measures` record.
     """
+    verdicts = render_verdicts() if verdicts is None else verdicts
     found = {name: blocks(text) for name, text in texts.items()}
     held = {table for tables in found.values() for table in tables}
     problems = [
@@ -187,22 +257,48 @@ def stale(texts: dict[str, str], rendered: dict[str, str]) -> list[str]:
         for table in rendered
         if table not in held
     ]
+    index = report.measurements()
+    problems += [
+        f"benchmarks/results/{name}.json: no `measures` record (system, cell, harness)"
+        for name, (_, measured) in index.items()
+        if not measured
+    ]
     for name, tables in found.items():
         problems += [
-            f"{name}: {table}: no such table in report.py"
+            f"{name}: {table}: no such table in the report"
             for table in tables
             if table not in rendered
         ]
         problems += [
-            f"{name}: {table}: differs from what report.py renders from the results files"
+            f"{name}: {table}: differs from what the report renders from the results files"
             for table in rendered
             if table in tables and tables[table] != rendered[table] + "\n"
+        ]
+        for match in VERDICT.finditer(texts[name]):
+            goal, said = match.groups()
+            if goal not in verdicts:
+                problems.append(f"{name}: verdict:{goal}: no such goal (with a threshold)")
+            elif said != verdicts[goal][language(name)]:
+                problems.append(
+                    f"{name}: verdict:{goal}: says {said!r}, the goal is "
+                    f"{verdicts[goal][language(name)]!r}"
+                )
+        problems += hand_verdicts(name, texts[name])
+        problems += [
+            f"{name}: {line}"
+            for line in report.older_sources(texts[name], shown_files(texts[name], rendered), index)
         ]
     return problems
 
 
-def updated(text: str, rendered: dict[str, str]) -> str:
-    """`text` with every block replaced by its rendering."""
+def updated(
+    text: str,
+    rendered: dict[str, str],
+    verdicts: dict[str, dict[str, str]] | None = None,
+    language: str = "en",
+) -> str:
+    """`text` with every block replaced by its rendering, and every verdict span by the
+    goal's verdict in `language` (where `verdicts` are given)."""
 
     def replace(match: re.Match[str]) -> str:
         name = match.group(1)
@@ -210,7 +306,13 @@ def updated(text: str, rendered: dict[str, str]) -> str:
             return match.group(0)
         return f"<!-- report:{name} -->\n{rendered[name]}\n<!-- /report:{name} -->"
 
-    return BLOCK.sub(replace, text)
+    def verdict(match: re.Match[str]) -> str:
+        goal = match.group(1)
+        if verdicts is None or goal not in verdicts:
+            return match.group(0)
+        return f"<!-- verdict:{goal} -->{verdicts[goal][language]}<!-- /verdict -->"
+
+    return VERDICT.sub(verdict, BLOCK.sub(replace, text))
 
 
 def main() -> None:
@@ -223,12 +325,13 @@ def main() -> None:
     args = parser.parse_args()
     try:
         rendered = render_all()
+        verdicts = render_verdicts()
     except (OSError, KeyError, ValueError) as err:  # a results file missing or malformed
-        sys.exit(f"report.py: cannot render from {report.RESULTS}: {type(err).__name__}: {err}")
+        sys.exit(f"report: cannot render from {report.RESULTS}: {type(err).__name__}: {err}")
     paths = {document_name(path): path for path in documents()}
     texts = {name: path.read_text(encoding="utf-8") for name, path in paths.items()}
     if args.check:
-        problems = stale(texts, rendered)
+        problems = stale(texts, rendered, verdicts)
         for line in problems:
             print(line, file=sys.stderr)
         if problems:
@@ -238,7 +341,7 @@ def main() -> None:
     elif args.write:
         written = 0
         for name, text in texts.items():
-            new = updated(text, rendered)
+            new = updated(text, rendered, verdicts, language(name))
             written += len(set(blocks(new)) & set(rendered))
             if new != text:
                 paths[name].write_text(new, encoding="utf-8")

@@ -256,13 +256,20 @@ def decode_cells(name: str = "decode") -> str:
     return "\n\n".join([table(headers, rows, left=4), notes, source(name, data)])
 
 
-def decode_memory() -> str:
-    """Each system's resident memory (VmHWM) after loading and after decoding, per shape."""
-    data = report.load("decode")
+def decode_memory(name: str = "decode-fair") -> str:
+    """Each system's resident memory (VmHWM) after loading and after decoding, per shape,
+    at the run's first thread count; from results file NAME (the fair race: the newest)."""
+    data = report.load(name)
+
+    def label(system: str) -> str:
+        if system in DECODE_LABELS:
+            return f"{DECODE_LABELS[system].strip('*')} {PRECISION.get(system, 'fp32')}"
+        return CELL_LABELS.get(system, system)
+
     rows = [
         [
             m["size"],
-            f"{DECODE_LABELS[m['system']].strip('*')} {PRECISION.get(m['system'], 'fp32')}",
+            label(m["system"]),
             "" if m["rss_loaded_mb"] is None else f"{m['rss_loaded_mb']:,.0f}",
             "" if m["rss_peak_mb"] is None else f"{m['rss_peak_mb']:,.0f}",
         ]
@@ -274,7 +281,7 @@ def decode_memory() -> str:
         "model and after all its calls (both searches, batch 32 and 1). aiayn's and HF's "
         "processes hold torch's libraries; CTranslate2's do not import torch."
     )
-    return "\n\n".join([table(headers, rows), notes, source("decode", data)])
+    return "\n\n".join([table(headers, rows), notes, source(name, data)])
 
 
 def decode_vs_commit() -> str:

@@ -1,51 +1,220 @@
-"""The goals table: each issue's speed goal against the measured ratios."""
+"""The goals: each issue's goal, its measured values and its one verdict.
+
+A goal's verdict (met or not) is computed here once, from the goal's own definition and
+the newest fair results file of each cell it covers. The goals table renders every goal;
+a page that names a goal in prose renders the same verdict inline,
+
+    The goal is <!-- verdict:gpu-mfu -->not met<!-- /verdict -->.
+
+and `python -m benchmarks.report --check` fails on a verdict span that differs from the
+computed one, and on a verdict written by hand ("met", "missed", ...) outside one.
+"""
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from benchmarks import report
 from benchmarks.report import per_round_ratio, span, table
-from benchmarks.report.speed import TRAIN_FILES, decode_records, has_cells
+from benchmarks.report.runs import packaged_digest, quickstart_groups
+from benchmarks.report.speed import decode_records
 
-# The decoding-engine issue's serving and file-translation goals: the results files
-# they are judged from, once those exist.
+# The fair race (decoding-engine issue): every decoding row but bf16's, which only the
+# older harness of decode.json measured.
+DECODE_FAIR = "decode-fair"
+DECODE_BF16 = "decode"
+# Training: the small shape, and the base shape's newest run (train-base-run1.json is the
+# same measurement, run before it).
+TRAIN_FILES = ("train", "train-base")
+# The decoding-engine issue's serving, file-translation, generation and step goals.
 ENGINE_FILES = {
     "serve": "serve-continuous-groups",
+    "batcher": "serve-dynamic",
     "translate": "translate",
     "generate": "generate-engine",
     "overhead": "step-overhead",
 }
+# GPT generation: the cells of the older runs, each cell read from its newest file.
+GENERATE_FILES = ("generate", "generate-1thread")
+GPU_TRAIN, GPU_DECODE, LISTOPS = "train-gpu-big", "decode-gpu-b256", "efficient-listops"
+# Issue 17's quality goal for int8 (as `--dtype int8` runs the model), on the recipe's seeds.
+QUALITY, INT8 = "quality-seeds", "int8"
+# Issue 18's quickstart goal: a median of 25 BLEU after 15 minutes on the CPU.
+QUICKSTART_MINUTES = 15
+
+VERDICTS = {"en": {True: "met", False: "not met"}, "ko": {True: "달성", False: "미달"}}
 
 
-def engine_goals(names: list[str]) -> list[list]:
-    """Goal rows from those of ENGINE_FILES in `names`: the continuous engine's serving
-    speed-up over one-at-a-time at 16 and 64 clients (goals 5x and 8x), and a file's
-    translation against today's batches (goal 2x)."""
-    rows: list[list] = []
-    if ENGINE_FILES["serve"] in names:
-        served = report.load(ENGINE_FILES["serve"])["cells"]
-        for clients, goal in ((16, 5.0), (64, 8.0)):
-            speedup = [
-                c["speedup"]
-                for c in served
-                if c["clients"] == clients and c["server"] == "batching"
-            ]
-            work = f"serving, {clients} clients"
-            rows.append([work, "continuous engine / one at a time", "fp32", speedup, goal])
-    if ENGINE_FILES["translate"] in names:
-        cells = report.load(ENGINE_FILES["translate"])["cells"]
-        speedup = [c["speedup_vs_batches"] for c in cells if c["system"].startswith("continuous")]
-        work = "translating a file, beam 8"
-        rows.append([work, "continuous engine / batches", "fp32", speedup, 2.0])
-    if ENGINE_FILES["generate"] in names:
-        results = report.load(ENGINE_FILES["generate"])["results"]
-        speedup = [
+@dataclass(frozen=True)
+class Goal:
+    """One goal: what is compared, the values measured, and the goal they are held to.
+
+    `rule`: "every" (every value must reach the goal: every cell), "best" (any value:
+    a choice between settings, as between two servers) or "median" (the median over
+    seeds). `unit`: "x" (a speed ratio), "%" (a fraction, shown in percent) or "BLEU".
+    """
+
+    name: str
+    work: str
+    compared: str
+    precision: str
+    values: tuple[float, ...]
+    goal: float | None
+    files: tuple[str, ...]
+    unit: str = "x"
+    rule: str = "every"
+
+    @property
+    def met(self) -> bool | None:
+        if self.goal is None or not self.values:
+            return None
+        judged = {"every": min, "best": max, "median": statistics.median}[self.rule]
+        return judged(self.values) >= self.goal
+
+    def measured(self) -> str:
+        if self.unit == "x":
+            return span(list(self.values))
+        low, high = (self.shown(v) for v in (min(self.values), max(self.values)))
+        return low if low == high else f"{low} to {high}"
+
+    def shown(self, value: float) -> str:
+        if self.unit == "%":
+            return f"{100 * value:.1f}%"
+        if self.unit == "BLEU":
+            return (
+                f"{value:+.2f} BLEU" if value < 0 or self.rule != "median" else f"{value:.2f} BLEU"
+            )
+        return f"{value:g}x"
+
+    def goal_text(self) -> str:
+        if self.goal is None:
+            return ""
+        return f"{100 * self.goal:g}%" if self.unit == "%" else self.shown(self.goal)
+
+
+def exists(name: str) -> bool:
+    return (report.RESULTS / f"{name}.json").exists()
+
+
+def decode_goals() -> list[Goal]:
+    """Batch 32 against HF and CTranslate2 fp32 (fair race), bf16 (older harness), and
+    every cell against CTranslate2, as run and with each system at its better thread
+    count."""
+    goals: list[Goal] = []
+    if exists(DECODE_FAIR):
+        data = report.load(DECODE_FAIR)
+        rows = [r for r in data["results"] if r["batch"] != 1]
+
+        def vs(system: str, field: str) -> tuple[float, ...]:
+            return tuple(r[field] for r in rows if r["system"] == system and r[field] is not None)
+
+        work, fair = "decoding, batch 32, 1 and 2 threads", (DECODE_FAIR,)
+        goals += [
+            Goal("decode-hf-fp32", work, "aiayn / HF generate", "fp32",
+                 vs("aiayn", "speedup_vs_hf"), 2.0, fair),
+            Goal("decode-ct2-fp32", work, "aiayn / CTranslate2", "fp32",
+                 vs("aiayn", "speedup_vs_ct2_fp32"), None, fair),
+        ]  # fmt: skip
+    if exists(DECODE_BF16):
+        data = report.load(DECODE_BF16)
+        rows = [r for r in decode_records(data) if r["batch"] != 1]
+        by = {(r["size"], r["search"], r["system"]): r for r in rows}
+        bf16 = tuple(
             r["speedup_vs_hf"]
-            for r in results
-            if r["size"] == "gpt2-small" and r["batch"] == 1 and r["system"].startswith("aiayn")
-        ]
-        work = "GPT-2 small generation, batch 1"
-        rows.append([work, "aiayn / HF generate", "fp32", speedup, 1.5])
-    if ENGINE_FILES["overhead"] in names:
+            for r in rows
+            if r["system"] == "aiayn-bf16" and r["speedup_vs_hf"] is not None
+        )
+        over_fp32 = tuple(
+            per_round_ratio(r["times_s"], by[size, search, "aiayn-bf16"]["times_s"])
+            for (size, search, system), r in by.items()
+            if system == "aiayn" and (size, search, "aiayn-bf16") in by
+        )
+        work, old = "decoding, batch 32, 2 threads (older harness)", (DECODE_BF16,)
+        goals += [
+            Goal("decode-hf-bf16", work, "aiayn / HF generate", "bf16", bf16, 2.0, old),
+            Goal("decode-bf16-fp32", work, "aiayn bf16 / aiayn fp32", "across precisions",
+                 over_fp32, None, old),
+        ]  # fmt: skip
+    if exists(DECODE_FAIR) and "cells" in report.load(DECODE_FAIR):
+        cells = report.load(DECODE_FAIR)["cells"]
+        best = tuple(c["best_vs_ct2_int8"] for c in cells if c["best_vs_ct2_int8"])
+        fp32 = tuple(c["fp32_vs_ct2_fp32"] for c in cells if c["fp32_vs_ct2_fp32"])
+        work, fair = "decoding, every cell, 1 and 2 threads", (DECODE_FAIR,)
+        better = "decoding, every cell, each system at its better thread count"
+        goals += [
+            Goal("decode-cells-int8", work, "aiayn best / CTranslate2 int8",
+                 "fixed in advance", best, 1.0, fair),
+            Goal("decode-cells-fp32", work, "aiayn / CTranslate2", "fp32", fp32, 1.0, fair),
+            Goal("decode-cells-int8-better-threads", better, "aiayn best / CTranslate2 int8",
+                 "fixed in advance", better_threads(cells, "best", "ct2-int8"), None, fair),
+            Goal("decode-cells-fp32-better-threads", better, "aiayn / CTranslate2", "fp32",
+                 better_threads(cells, "aiayn", "ct2-fp32"), None, fair),
+        ]  # fmt: skip
+    return goals
+
+
+def better_threads(cells: list[dict], ours: str, peer: str) -> tuple[float, ...]:
+    """Per cell (shape, search, batch): aiayn's tokens/s at its better thread count over
+    the peer's at its own (`ours` "best": the cell's best aiayn system at each count)."""
+    by: dict[tuple, dict[str, float]] = {}
+    for c in cells:
+        speeds = c["tokens_per_s"]
+        mine = speeds.get(c["best_system"]) if ours == "best" else speeds.get(ours)
+        key = (c["size"], c["search"], c["batch"])
+        found = by.setdefault(key, {"ours": 0.0, "peer": 0.0})
+        found["ours"] = max(found["ours"], mine or 0.0)
+        found["peer"] = max(found["peer"], speeds.get(peer) or 0.0)
+    return tuple(v["ours"] / v["peer"] for v in by.values() if v["ours"] and v["peer"])
+
+
+def train_goals() -> list[Goal]:
+    names = tuple(name for name in TRAIN_FILES if exists(name))
+    rows = [r for name in names for r in report.load(name)["results"]]
+
+    def vs(system: str, field: str) -> tuple[float, ...]:
+        return tuple(r[field] for r in rows if r["system"] == system and r[field] is not None)
+
+    work = "training step"
+    return [
+        Goal("train-hf-fp32", work, "aiayn / HF MarianMTModel", "fp32",
+             vs("aiayn", "speedup_vs_hf"), 1.2, names),
+        Goal("train-torch-fp32", work, "aiayn / torch.nn.Transformer", "fp32",
+             vs("aiayn", "speedup_vs_torch_nn"), None, names),
+        Goal("train-hf-bf16", work, "aiayn / HF MarianMTModel", "bf16 autocast",
+             vs("aiayn-bf16", "speedup_vs_hf"), 1.2, names),
+    ]  # fmt: skip
+
+
+def engine_goals() -> list[Goal]:
+    """Serving at 16 and 64 clients (5x, 8x one at a time: either server), a file against
+    today's batches (2x), GPT generation in every cell (1.5x HF fp32), and the batch-1
+    step outside GEMM against CTranslate2's whole step (1x)."""
+    goals: list[Goal] = []
+    servers = {"serve": "continuous engine", "batcher": "dynamic batcher"}
+    served = {k: ENGINE_FILES[k] for k in servers if exists(ENGINE_FILES[k])}
+    for clients, goal in ((16, 5.0), (64, 8.0)):
+        values = tuple(
+            c["speedup"]
+            for name in served.values()
+            for c in report.load(name)["cells"]
+            if c["clients"] == clients and c["server"] == "batching"
+        )
+        compared = " or ".join(servers[k] for k in served) + " / one at a time"
+        goals.append(
+            Goal(f"serve-{clients}", f"serving, {clients} clients", compared, "fp32", values,
+                 goal, tuple(served.values()), rule="best")
+        )  # fmt: skip
+    if exists(ENGINE_FILES["translate"]):
+        cells = report.load(ENGINE_FILES["translate"])["cells"]
+        values = tuple(c["speedup_vs_batches"] for c in cells if c["system"] != "batches")
+        goals.append(
+            Goal("translate-file", "translating a file, beam 8", "continuous engine / batches",
+                 "fp32", values, 2.0, (ENGINE_FILES["translate"],))
+        )  # fmt: skip
+    goals += generate_goals()
+    if exists(ENGINE_FILES["overhead"]):
         by = {
             (r["system"], r["slots"]): r for r in report.load(ENGINE_FILES["overhead"])["results"]
         }
@@ -53,125 +222,152 @@ def engine_goals(names: list[str]) -> list[list]:
         for peer, precision in (("ct2-fp32", "fp32"), ("ct2-int8", "CTranslate2 in int8")):
             whole = by.get((peer, 1), {}).get("ms_per_step")
             if outside and whole:
-                work = "decoding step, batch 1"
-                said = "CTranslate2's whole step / aiayn's step outside GEMM"
-                rows.append([work, said, precision, [whole / outside], 1.0])
-    return rows
+                goals.append(
+                    Goal(f"step-{peer.removeprefix('ct2-')}", "decoding step, batch 1",
+                         "CTranslate2's whole step / aiayn's step outside GEMM", precision,
+                         (whole / outside,), 1.0, (ENGINE_FILES["overhead"],))
+                )  # fmt: skip
+    return goals
+
+
+def generate_goals() -> list[Goal]:
+    """aiayn fp32 against HF generate fp32 in every cell (shape, batch, threads) of the
+    generation runs, each cell from its newest file (generate-engine.json re-measured
+    GPT-2 small at batch 1 and 2 threads)."""
+    cells: dict[tuple, tuple[str, str, float]] = {}  # cell -> (date, file, ratio)
+    for name in (*GENERATE_FILES, ENGINE_FILES["generate"]):
+        if not exists(name):
+            continue
+        data = report.load(name)
+        threads = str(data.get("args", {}).get("threads", ""))
+        for r in data["results"]:
+            if r["system"] != "aiayn":
+                continue
+            value = r.get("speedup_vs_hf_fp32", r.get("speedup_vs_hf"))
+            key = (r["size"], r["batch"], threads)
+            if key not in cells or data.get("date", "") > cells[key][0]:
+                cells[key] = (data.get("date", ""), name, value)
+    if not cells:
+        return []
+    files = tuple(dict.fromkeys(name for _, name, _ in cells.values()))
+    values = tuple(value for _, _, value in cells.values())
+    work = "GPT generation, every cell (shape, batch 1 and 32, 1 and 2 threads)"
+    return [Goal("generate", work, "aiayn / HF generate", "fp32", values, 1.5, files)]
+
+
+def other_goals() -> list[Goal]:
+    """The GPU's training MFU (50%) and decoding (3x HF at beam 4), int8's quality (within
+    0.3 BLEU of fp32, greedy outputs identical on 90% of the sentences), and ListOps
+    (full attention at 30% or more)."""
+    goals: list[Goal] = []
+    if exists(GPU_TRAIN):
+        (ours,) = [r for r in report.load(GPU_TRAIN)["results"] if r["system"] == "aiayn-bf16"]
+        goals.append(
+            Goal("gpu-mfu", "training the big shape, one H200", "model FLOP utilisation",
+                 "bf16 autocast", (ours["mfu"],), 0.5, (GPU_TRAIN,), unit="%")
+        )  # fmt: skip
+        best_peer = min(ours["speedup_vs_hf"], ours["speedup_vs_torch_nn"])
+        goals.append(
+            Goal("gpu-train-peers", "training the big shape, one H200", "aiayn / the faster peer",
+                 "bf16 autocast", (best_peer,), 1.2, (GPU_TRAIN,))
+        )  # fmt: skip
+    if exists(GPU_DECODE):
+        values = tuple(
+            r["speedup_vs_hf"]
+            for r in report.load(GPU_DECODE)["results"]
+            if r["system"] == "aiayn-bf16" and r["search"] == "beam 4"
+        )
+        goals.append(
+            Goal("gpu-decode", "decoding, beam 4, batch 256, one H200", "aiayn / HF generate",
+                 "bf16", values, 3.0, (GPU_DECODE,))
+        )  # fmt: skip
+    if exists(QUALITY):
+        data = report.load(QUALITY)
+        runs = [
+            (run["sentences"], r)
+            for run in data["runs"]
+            for r in run["results"]
+            if r["setting"] == INT8
+        ]
+        work = "int8 as `--dtype int8` runs the quickstart model, the recipe's seeds"
+        goals += [
+            Goal("int8-bleu", work, "test BLEU against fp32", "int8",
+                 tuple(r["vs_fp32"] for _, r in runs), -0.3, (QUALITY,), unit="BLEU"),
+            Goal("int8-greedy", work, "greedy outputs identical to fp32's", "int8",
+                 tuple(r["greedy_same_as_fp32"] / n for n, r in runs), 0.9, (QUALITY,), unit="%"),
+        ]  # fmt: skip
+    quickstart = [
+        (recorded, key)
+        for key, recorded in quickstart_groups().items()
+        if key[2] == QUICKSTART_MINUTES
+        and key[3] == "cpu"
+        and not key[5]
+        and key[1]
+        and key[1] == packaged_digest(key[0])
+    ]  # (recipe, digest, minutes, device, machine, overrides, ...): today's recipe, as is
+    for recorded, key in quickstart[:1]:
+        goals.append(
+            Goal("quickstart-bleu", f"the quickstart, {key[0]} as packaged, 15 minutes on the CPU",
+                 "test BLEU, median over seeds", "", tuple(d["results"]["bleu"] for _, d in recorded),
+                 25.0, tuple(name for name, _ in recorded), unit="BLEU", rule="median")
+        )  # fmt: skip
+    if exists(LISTOPS):
+        sdpa = report.load(LISTOPS)["kernels"]["sdpa"]["test_accuracy"]
+        goals.append(
+            Goal("listops", "aiayn's ListOps, full attention, one H200", "test accuracy", "",
+                 (sdpa / 100,), 0.3, (LISTOPS,), unit="%")
+        )  # fmt: skip
+    return goals
+
+
+GOAL_GROUPS: tuple[Callable[[], list[Goal]], ...] = (
+    decode_goals,
+    train_goals,
+    engine_goals,
+    other_goals,
+)
+
+
+def all_goals() -> dict[str, Goal]:
+    """Every goal whose results exist, by name, in the goals table's order."""
+    goals = [goal for group in GOAL_GROUPS for goal in group() if goal.values]
+    return {goal.name: goal for goal in goals}
+
+
+def verdict(name: str, language: str = "en") -> str:
+    """The rendered verdict of goal NAME ("met" / "not met"; Korean "달성" / "미달").
+
+    Raises:
+        KeyError: no such goal, or a goal without a threshold.
+    """
+    met = all_goals()[name].met
+    if met is None:
+        raise KeyError(f"{name}: a row without a goal has no verdict")
+    return VERDICTS[language][met]
 
 
 def goals() -> str:
-    """The issue's goals, each compared within one precision, from the decode and train files."""
-    decode_data = report.load("decode")
-    decode_rows = [r for r in decode_records(decode_data) if r["batch"] != 1]
-    by = {(r["size"], r["search"], r["system"]): r for r in decode_rows}
-    train_rows = [
-        r
-        for name in TRAIN_FILES
-        if (report.RESULTS / f"{name}.json").exists()
-        for r in report.load(name)["results"]
-    ]
-
-    def decode_vs(system: str, field: str) -> list[float]:
-        return [r[field] for r in decode_rows if r["system"] == system and r[field] is not None]
-
-    def train_vs(system: str, field: str) -> list[float]:
-        return [r[field] for r in train_rows if r["system"] == system and r[field] is not None]
-
-    bf16_over_fp32 = [
-        per_round_ratio(r["times_s"], by[size, search, "aiayn-bf16"]["times_s"])
-        for (size, search, system), r in by.items()
-        if system == "aiayn" and (size, search, "aiayn-bf16") in by
-    ]
-    rows = [
+    """The goals table: every goal, its measured values, and its verdict."""
+    found = all_goals()
+    cells = [
         [
-            "decoding, batch 32",
-            "aiayn / HF generate",
-            "fp32",
-            decode_vs("aiayn", "speedup_vs_hf"),
-            2.0,
-        ],
-        [
-            "decoding, batch 32",
-            "aiayn / HF generate",
-            "bf16",
-            decode_vs("aiayn-bf16", "speedup_vs_hf"),
-            2.0,
-        ],
-        [
-            "decoding, batch 32",
-            "aiayn / CTranslate2",
-            "fp32",
-            decode_vs("aiayn", "speedup_vs_ct2_fp32"),
-            None,
-        ],
-        [
-            "decoding, batch 32",
-            "aiayn bf16 / aiayn fp32",
-            "across precisions",
-            bf16_over_fp32,
-            None,
-        ],
-        [
-            "training step",
-            "aiayn / HF MarianMTModel",
-            "fp32",
-            train_vs("aiayn", "speedup_vs_hf"),
-            1.2,
-        ],
-        [
-            "training step",
-            "aiayn / torch.nn.Transformer",
-            "fp32",
-            train_vs("aiayn", "speedup_vs_torch_nn"),
-            None,
-        ],
-        [
-            "training step",
-            "aiayn / HF MarianMTModel",
-            "bf16 autocast",
-            train_vs("aiayn-bf16", "speedup_vs_hf"),
-            1.2,
-        ],
-    ]
-    fair = has_cells("decode-fair")  # the decoding-engine issue's race, when it has run
-    if fair:  # every cell at 1 and 2 threads; "best" fixed in advance
-        cell_records = report.load("decode-fair")["cells"]
-        work, best_is, goal = "decoding, every cell, 1 and 2 threads", "fixed in advance", 1.0
-    elif "cells" in decode_data:  # issue 17: all 8 cells, at the first thread count
-        cell_records = decode_records(decode_data, "cells")
-        work, best_is, goal = "decoding, every cell", "best of the run's --best-of", 1.2
-    if fair or "cells" in decode_data:
-        best = [c["best_vs_ct2_int8"] for c in cell_records if c["best_vs_ct2_int8"]]
-        fp32 = [c["fp32_vs_ct2_fp32"] for c in cell_records if c["fp32_vs_ct2_fp32"]]
-        rows[4:4] = [  # after the batch-32 decoding rows, before training's
-            [work, "aiayn best / CTranslate2 int8", best_is, best, goal],
-            [work, "aiayn / CTranslate2", "fp32", fp32, 1.0],
+            g.work,
+            g.compared,
+            g.precision,
+            g.measured(),
+            g.goal_text(),
+            "" if g.met is None else ("yes" if g.met else "no"),
         ]
-    engine_files = [
-        name for name in ENGINE_FILES.values() if (report.RESULTS / f"{name}.json").exists()
+        for g in found.values()
     ]
-    rows += engine_goals(engine_files)
-    cells = []
-    for work, systems, precision, values, goal in rows:
-        if not values:
-            continue
-        met = "" if goal is None else ("yes" if min(values) >= goal else "no")
-        goal_cell = "" if goal is None else f"{goal:g}x"
-        cells.append([work, systems, precision, span(values), goal_cell, met])
-    headers = [
-        "work",
-        "speed ratio",
-        "precision",
-        "measured (the rows of the tables below)",
-        "goal",
-        "met",
-    ]
+    headers = ["work", "compared", "precision", "measured", "goal", "met"]
     files = ", ".join(
         f"`benchmarks/results/{name}.json`"
-        for name in ("decode", *(["decode-fair"] if fair else []), *TRAIN_FILES, *engine_files)
-        if (report.RESULTS / f"{name}.json").exists()
+        for name in dict.fromkeys(name for g in found.values() for name in g.files)
     )
     return table(headers, cells, left=3) + (
-        f"\n\nComputed from {files}; their Source lines are under the tables they come "
-        "from, on the Speed, CPU inference and decoding-engine pages."
+        f"\n\nComputed from {files}: each cell from the newest fair file that measures it. "
+        "A goal over every cell is met when its lowest value reaches it; the serving goals, "
+        "by either server. Their Source lines are under the tables they come from, on the "
+        "Speed, CPU inference, decoding-engine, shapes, GPU and efficient-attention pages."
     )

@@ -71,7 +71,7 @@ def test_a_figure_changed_by_hand_is_caught(report, texts):
     start = texts[doc].index(f"<!-- report:{name} -->")
     at = texts[doc].index(figure, start)
     edited = {**texts, doc: texts[doc][:at] + "9" + texts[doc][at:]}
-    complaint = f"{doc}: {name}: differs from what report.py renders from the results files"
+    complaint = f"{doc}: {name}: differs from what the report renders from the results files"
     assert complaint not in report.stale(texts, rendered)
     assert complaint in report.stale(edited, rendered)
 
@@ -86,7 +86,7 @@ def test_a_missing_block_and_an_unknown_block_are_named(report, texts):
     without["docs/extra.md"] = "<!-- report:nonesuch -->\nx\n<!-- /report:nonesuch -->\n"
     complaints = report.stale(without, rendered)
     assert f"{name}: no <!-- report:{name} --> block in README.md or docs/" in complaints
-    assert "docs/extra.md: nonesuch: no such table in report.py" in complaints
+    assert "docs/extra.md: nonesuch: no such table in the report" in complaints
 
 
 def test_a_table_may_sit_in_several_documents_each_checked(report, texts):
@@ -95,7 +95,7 @@ def test_a_table_may_sit_in_several_documents_each_checked(report, texts):
     assert report.stale({**texts, "docs/copy.md": block}, rendered) == []
     stale_copy = block.replace(rendered["goals"], "old")
     assert report.stale({**texts, "docs/copy.md": stale_copy}, rendered) == [
-        "docs/copy.md: goals: differs from what report.py renders from the results files"
+        "docs/copy.md: goals: differs from what the report renders from the results files"
     ]
 
 
@@ -112,3 +112,91 @@ def test_write_makes_a_stale_document_current(report, texts):
     assert report.stale(emptied, rendered) != []
     current = {**emptied, doc: report.updated(emptied[doc], rendered)}
     assert report.stale(current, rendered) == []
+
+
+# ----- issue 48: the newest fair source, and one verdict per goal ---------------------------
+
+
+def test_every_results_file_says_what_it_measures(report):
+    for path in sorted(report.RESULTS.glob("*.json")):
+        found = report.measures(json.loads(path.read_text()))
+        assert found, f"{path.name}: no `measures` record"
+        for record in found:
+            assert set(record) == {"system", "cell", "harness"}, path.name
+            assert all(isinstance(v, str) and v for v in record.values()), path.name
+
+
+def test_a_newer_file_of_the_same_measurement_supersedes_an_older_one(report):
+    """serve.json (2026-11-24, load not recorded) and serve-dynamic.json (the quiet run)
+    measure the same server in the same cell; generate-engine.json re-measured one cell
+    of generate.json; nothing supersedes the newer files."""
+    index = report.measurements()
+    assert list(report.superseding("serve", index)) == ["serve-dynamic"]
+    assert list(report.superseding("generate", index)) == ["generate-engine"]
+    assert report.superseding("serve-dynamic", index) == {}
+    assert report.superseding("generate-1thread", index) == {}  # its cell was not re-measured
+
+
+def test_a_planted_stale_figure_is_caught(report, texts):
+    """A figure marked from a superseded file (serve.json's 2.69x, which serve-dynamic.json
+    measured again), or a table rendered from one, fails unless the page says why."""
+    rendered = report.render_all()
+    stale_prose = (
+        "Batching gives 2.69x<!-- figure: serve:cells[clients=16,server=batching].speedup -->.\n"
+    )
+    stale_table = f"<!-- report:serve -->\n{rendered['serve']}\n<!-- /report:serve -->\n"
+    for planted in (stale_prose, stale_table):
+        found = report.stale({**texts, "docs/stale.md": planted}, rendered)
+        assert any(
+            line.startswith("docs/stale.md: benchmarks/results/serve.json is superseded by")
+            and "serve-dynamic.json" in line
+            for line in found
+        ), found
+        said = planted + "Kept for its comparison with the greedy run.<!-- older: serve -->\n"
+        assert not any(
+            line.startswith("docs/stale.md")
+            for line in report.stale({**texts, "docs/stale.md": said}, rendered)
+        )
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "The goal is met.",
+        "Generation at batch 1 meets its goal of 1.5x.",
+        "Where the goal is missed: GPT-2 small.",
+        "목표를 겨우 달성합니다.",
+    ],
+)
+def test_a_hand_written_verdict_is_caught(report, texts, sentence):
+    rendered = report.render_all()
+    found = report.stale({**texts, "docs/verdict.md": f"Intro.\n\n{sentence}\n"}, rendered)
+    assert (
+        [line for line in found if line.startswith("docs/verdict.md")]
+        == [line for line in found if line.startswith("docs/verdict.md:3: ")]
+        != []
+    )
+    assert "is a verdict written by hand" in next(
+        x for x in found if x.startswith("docs/verdict.md")
+    )
+
+
+def test_a_verdict_span_renders_the_goals_one_verdict(report, texts):
+    """The ListOps goal (full attention at 30% or more; 35.8% measured) is met: a span
+    that says otherwise is stale, --write renders it, in the page's language."""
+    from benchmarks.report import pages, verdicts
+
+    goal = verdicts.all_goals()["listops"]
+    assert goal.met is (min(goal.values) >= 0.3)  # the goal's own definition
+    rendered, said = report.render_all(), pages.render_verdicts()
+    wrong = "The goal: <!-- verdict:listops -->not met<!-- /verdict -->.\n"
+    found = report.stale({**texts, "docs/v.md": wrong}, rendered, said)
+    assert "docs/v.md: verdict:listops: says 'not met', the goal is 'met'" in found
+    assert report.updated(wrong, rendered, said, "en") == wrong.replace("not met", "met")
+    assert report.updated(wrong, rendered, said, "ko") == wrong.replace("not met", "달성")
+    unknown = "<!-- verdict:nonesuch -->met<!-- /verdict -->\n"
+    found = report.stale({**texts, "docs/v.md": unknown}, rendered, said)
+    assert "docs/v.md: verdict:nonesuch: no such goal (with a threshold)" in found
+    # the goals table's "met" column says the same as the span
+    row = next(r for r in rendered["goals"].splitlines() if r.startswith("| aiayn's ListOps"))
+    assert row.endswith("| yes |")

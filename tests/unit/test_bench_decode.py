@@ -3,6 +3,7 @@ and the report's tables of its 8 cells and of memory (from a hand-made results f
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -213,44 +214,119 @@ def test_the_memory_table_shows_the_first_thread_count(report, monkeypatch):
     assert "999" not in text  # the 1-thread run's figures
 
 
-# Results files that do not exist: the goals table without the engine's rows.
-NO_ENGINE_FILES = {k: f"absent-{k}" for k in ("serve", "translate", "generate", "overhead")}
+def write(folder: Path, name: str, data: dict) -> None:
+    (folder / f"{name}.json").write_text(json.dumps(data))
 
 
-def test_goals_judge_every_cell_of_the_first_thread_count(report, monkeypatch):
-    cells_only = {**DATA, "results": []}  # no batch-32 rows: the cells alone
-    monkeypatch.setattr(
-        report, "load", lambda name: cells_only if name == "decode" else {"results": []}
-    )
-    monkeypatch.setattr(verdicts, "TRAIN_FILES", ())
-    monkeypatch.setattr(verdicts, "ENGINE_FILES", NO_ENGINE_FILES)
-    monkeypatch.setattr(verdicts, "has_cells", lambda name="decode": name == "decode")
-    text = verdicts.goals()
-    assert (
-        "| decoding, every cell | aiayn best / CTranslate2 int8 | best of the run's --best-of "
-        in text
-    )
-    assert "| 1.25x | 1.2x | yes |" in text  # the 1-thread cell's 0.9x is not judged here
-    assert "| 1.04x | 1x | yes |" in text
+@pytest.fixture()
+def results(monkeypatch, tmp_path):
+    """An empty results folder the report reads (no goal has its files yet)."""
+    monkeypatch.setattr(bench_report, "RESULTS", tmp_path)
+    return tmp_path
 
 
-def test_goals_judge_every_cell_of_the_fair_race_at_both_thread_counts(report, monkeypatch):
-    """Once bench_decode's fair race has run (decode-fair.json), the every-cell rows come
-    from it: all its cells, 1 and 2 threads alike, against the goal of 1.0x."""
-    fair = {**DATA, "results": [], "best_rule": "preference"}
-    old = {**DATA, "results": [], "cells": []}
-    monkeypatch.setattr(report, "load", lambda name: {"decode": old, "decode-fair": fair}[name])
-    monkeypatch.setattr(verdicts, "has_cells", lambda name="decode": name == "decode-fair")
-    monkeypatch.setattr(verdicts, "TRAIN_FILES", ())
-    monkeypatch.setattr(verdicts, "ENGINE_FILES", NO_ENGINE_FILES)
-    text = verdicts.goals()
-    row = (
-        "| decoding, every cell, 1 and 2 threads | aiayn best / CTranslate2 int8 | fixed in advance"
-    )
-    assert row in text
-    assert "| 0.90x to 1.25x | 1x | no |" in text  # the 1-thread cell's 0.9x is judged too
-    assert "| 0.95x to 1.04x | 1x | no |" in text
-    assert "decode-fair.json" in text
+def test_every_cell_goals_read_the_fair_race_at_both_thread_counts(results):
+    """The every-cell rows come from decode-fair.json: all its cells, 1 and 2 threads
+    alike, against 1.0x; "each at its better thread count" divides aiayn's best tok/s
+    over both counts by CTranslate2's best (9,750 / 7,800), with no goal of its own."""
+    write(results, "decode-fair", {**DATA, "results": [], "best_rule": "preference"})
+    goals = {g.name: g for g in verdicts.decode_goals()}
+    cells = goals["decode-cells-int8"]
+    assert cells.values == (1.25, 0.9) and cells.goal == 1.0 and cells.met is False
+    assert goals["decode-cells-fp32"].values == (1.04, 0.95)
+    better = goals["decode-cells-int8-better-threads"]
+    assert better.values == (pytest.approx(9750 / 7800),) and better.met is None
+    assert "decode-hf-bf16" not in goals  # decode.json, the older harness, is absent
+
+
+def test_batch_32_goals_read_the_fair_race_and_bf16_the_older_file(results):
+    row = dict(size="small", search="greedy", batch=32)
+    fair = {
+        **DATA,
+        "cells": [],
+        "results": [
+            dict(row, threads=1, system="aiayn", speedup_vs_hf=1.45, speedup_vs_ct2_fp32=0.85),
+            dict(row, threads=2, system="aiayn", speedup_vs_hf=2.1, speedup_vs_ct2_fp32=1.3),
+            dict(row, threads=2, system="aiayn", batch=1, speedup_vs_hf=9.0),  # not batch 32
+        ],
+    }
+    fair["results"][2]["speedup_vs_ct2_fp32"] = None
+    old_row = dict(row, threads=2, system="aiayn", speedup_vs_hf=2.39, speedup_vs_ct2_fp32=1.1)
+    write(results, "decode-fair", fair)
+    write(results, "decode", {**DATA, "cells": [], "results": [old_row]})
+    goals = {g.name: g for g in verdicts.decode_goals()}
+    assert goals["decode-hf-fp32"].values == (1.45, 2.1)  # not decode.json's 2.39
+    assert goals["decode-hf-fp32"].met is False
+    assert goals["decode-hf-fp32"].files == ("decode-fair",)
+    assert goals["decode-ct2-fp32"].values == (0.85, 1.3)
+
+
+def test_serving_goals_are_met_by_either_server_and_a_file_by_every_setting(results):
+    def served(at_16, at_64):
+        cells = [dict(clients=16, server="one at a time", speedup=1.0)]
+        cells += [dict(clients=16, server="batching", speedup=at_16)]
+        return {"cells": [*cells, dict(clients=64, server="batching", speedup=at_64)]}
+
+    write(results, "serve-continuous-groups", served(4.0, 6.0))
+    write(results, "serve-dynamic", served(5.5, 7.9))
+    systems = [dict(system="batches", speedup_vs_batches=1.0)]
+    systems += [dict(system="continuous-8", speedup_vs_batches=0.38)]
+    systems += [dict(system="continuous-32", speedup_vs_batches=2.5)]
+    write(results, "translate", {"cells": systems})
+    goals = {g.name: g for g in verdicts.engine_goals()}
+    assert goals["serve-16"].values == (4.0, 5.5) and goals["serve-16"].met is True  # 5.5 >= 5
+    assert goals["serve-64"].values == (6.0, 7.9) and goals["serve-64"].met is False  # < 8
+    assert goals["translate-file"].values == (0.38, 2.5) and goals["translate-file"].met is False
+
+
+def test_the_batch_1_overhead_goal_divides_ct2s_whole_step_by_aiayns_time_outside_gemm(results):
+    overhead = {
+        "results": [
+            dict(system="cache", slots=1, ms_per_step=1.8, outside_gemm_ms=0.75),
+            dict(system="ct2-fp32", slots=1, ms_per_step=0.6),
+            dict(system="ct2-int8", slots=1, ms_per_step=0.3),
+            dict(system="cache", slots=32, ms_per_step=7.0, outside_gemm_ms=1.3),
+        ]
+    }
+    write(results, "step-overhead", overhead)
+    goals = {g.name: g for g in verdicts.engine_goals()}
+    assert goals["step-fp32"].values == (pytest.approx(0.8),)  # 0.6 / 0.75
+    assert goals["step-int8"].values == (pytest.approx(0.4),) and goals["step-int8"].met is False
+
+
+def test_the_generation_goal_reads_each_cell_from_its_newest_file(results):
+    """generate-engine.json re-measured GPT-2 small at batch 1 and 2 threads: its 1.62x
+    replaces generate.json's 1.39x there; the 1-thread cell stays generate-1thread's."""
+
+    def run(date, threads, value, field="speedup_vs_hf_fp32"):
+        record = {"size": "gpt2-small", "batch": 1, "system": "aiayn", field: value}
+        peer = {"size": "gpt2-small", "batch": 1, "system": "hf", field: 1.0}
+        return {"date": date, "args": {"threads": threads}, "results": [record, peer]}
+
+    write(results, "generate", run("2026-11-24 09:03", "2", 1.39))
+    write(results, "generate-1thread", run("2026-11-24 09:07", "1", 1.51))
+    write(results, "generate-engine", run("2026-11-25 23:44", "2", 1.62, "speedup_vs_hf"))
+    (goal,) = verdicts.generate_goals()
+    assert sorted(goal.values) == [1.51, 1.62] and goal.met is True
+    write(results, "generate-1thread", run("2026-11-24 09:07", "1", 1.34))
+    (goal,) = verdicts.generate_goals()
+    assert sorted(goal.values) == [1.34, 1.62] and goal.met is False
+
+
+@pytest.mark.parametrize(
+    ("rule", "values", "goal", "met"),
+    [
+        ("every", (1.1, 0.9), 1.0, False),  # the lowest decides
+        ("every", (1.1, 1.0), 1.0, True),
+        ("best", (0.5, 1.2), 1.0, True),  # the highest decides
+        ("median", (24.45, 25.39, 25.79), 25.0, True),  # 25.39
+        ("median", (24.45, 24.9, 25.79), 25.0, False),
+    ],
+)
+def test_a_goals_verdict_follows_its_rule(rule, values, goal, met):
+    found = verdicts.Goal("g", "work", "ratio", "fp32", values, goal, ("f",), rule=rule)
+    assert found.met is met
+    assert verdicts.Goal("g", "w", "r", "p", values, None, ("f",)).met is None  # no goal
 
 
 def test_new_tables_are_rendered_only_once_their_results_exist(report, monkeypatch):
@@ -325,55 +401,3 @@ def test_the_int8_kernel_table_marks_the_fastest_candidate(report, monkeypatch):
     assert "| weight (out x in) | rows | fp32 us | int8 fbgemm | torch._int_mm |" in text
     assert "| base ffn1 | 4 | 40.0 | **1.61x** | 0.80x |" in text
     assert "base ffn1 2048 x 512" in text
-
-
-def test_engine_goals_judge_serving_at_16_and_64_clients_and_a_file_against_batches(
-    report, monkeypatch
-):
-    serve = {
-        "cells": [
-            dict(clients=16, server="batching", speedup=1.66),
-            dict(clients=16, server="one at a time", speedup=1.0),
-            dict(clients=64, server="batching", speedup=8.5),
-            dict(clients=64, server="one at a time", speedup=1.0),
-        ]
-    }
-    translate = {
-        "cells": [
-            dict(system="batches", speedup_vs_batches=1.0),
-            dict(system="continuous-8", speedup_vs_batches=0.38),
-            dict(system="continuous-32", speedup_vs_batches=2.5),
-        ]
-    }
-    monkeypatch.setattr(report, "load", lambda name: {"s": serve, "t": translate}[name])
-    monkeypatch.setattr(
-        verdicts, "ENGINE_FILES", {"serve": "s", "translate": "t", "generate": "g", "overhead": "o"}
-    )
-    rows = verdicts.engine_goals(["s", "t"])
-    assert rows == [
-        ["serving, 16 clients", "continuous engine / one at a time", "fp32", [1.66], 5.0],
-        ["serving, 64 clients", "continuous engine / one at a time", "fp32", [8.5], 8.0],
-        ["translating a file, beam 8", "continuous engine / batches", "fp32", [0.38, 2.5], 2.0],
-    ]  # the one-at-a-time and batches rows are the baselines, not judged
-    assert verdicts.engine_goals(["s"]) == rows[:2]  # only the files that exist
-
-
-def test_the_batch_1_overhead_goal_divides_ct2s_whole_step_by_aiayns_time_outside_gemm(
-    report, monkeypatch
-):
-    overhead = {
-        "results": [
-            dict(system="cache", slots=1, ms_per_step=1.8, outside_gemm_ms=0.75),
-            dict(system="ct2-fp32", slots=1, ms_per_step=0.6),
-            dict(system="ct2-int8", slots=1, ms_per_step=0.3),
-            dict(system="cache", slots=32, ms_per_step=7.0, outside_gemm_ms=1.3),
-        ]
-    }
-    monkeypatch.setattr(report, "load", lambda name: overhead)
-    monkeypatch.setattr(verdicts, "ENGINE_FILES", {**verdicts.ENGINE_FILES, "overhead": "o"})
-    rows = verdicts.engine_goals(["o"])
-    said = "CTranslate2's whole step / aiayn's step outside GEMM"
-    assert rows == [
-        ["decoding step, batch 1", said, "fp32", [pytest.approx(0.8)], 1.0],  # 0.6 / 0.75
-        ["decoding step, batch 1", said, "CTranslate2 in int8", [pytest.approx(0.4)], 1.0],
-    ]

@@ -169,11 +169,28 @@ def test_a_quiet_file_is_not_marked(report, tmp_path):
 
 
 def test_an_old_file_without_a_load_record(report, tmp_path):
-    text = _serve_table(report, tmp_path, load_average=[2.68, 3.07, 4.56])
-    assert "load average 2.68 at its end" in text
+    text = _serve_table(report, tmp_path, load_average=[1.2, 1.5, 2.0])
+    assert "load average 1.2 at its end" in text
     assert text.splitlines()[-1] == (
-        "**Load not recorded** before the timed part (2.68 at its end, its own threads "
+        "**Load not recorded** before the timed part (1.2 at its end, its own threads "
         "included): these figures are not known to come from a quiet machine."
     )
     # tables of ratios measured in turns are not marked for a load they do not record
-    assert report.load_mark({"load_average": [2.68, 3.07, 4.56]}) is None
+    assert report.load_mark({"load_average": [1.2, 1.5, 2.0]}) is None
+
+
+def test_an_old_file_whose_end_load_less_its_threads_passes_the_limit_is_marked(report, tmp_path):
+    """Issue 48: train.json (load 9.19 at its end, 1 thread of its own) carried no mark.
+    9.19 - 1 > 0.75 x 2 cores; 2.2 - 1 is not; a file that does not say its threads is
+    not judged (its own load is unknown)."""
+    data = {"load_average": [9.19, 5.0, 3.0], "machine": "AMD EPYC, 2 cores", "threads": 1}
+    mark = report.load_mark(data)
+    assert mark == (
+        "**Measured under load:** load average 9.19 at its end (1 thread(s) of its own), "
+        "above 1.5 for 2 cores; the file has no record from before its timed part, and the "
+        "figures may be lower than on a quiet machine."
+    )
+    assert report.load_mark({**data, "load_average": [2.2, 1.0, 1.0]}) is None
+    assert report.load_mark({**data, "threads": None}) is None
+    text = _serve_table(report, tmp_path, load_average=[2.68, 3.07, 4.56])
+    assert text.splitlines()[-1].startswith("**Measured under load:** load average 2.68 at its end")
