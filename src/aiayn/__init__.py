@@ -13,8 +13,13 @@ The package is layered; each layer imports only from the layers below it:
     config, files, plugins   configs, atomic files, the one plug-in registry
 """
 
+import enum
+import functools
+import warnings
+from typing import Any
+
 from aiayn import _moved
-from aiayn.config import Activation, AttentionKernel, ModelConfig
+from aiayn.config import Activation, ModelConfig
 from aiayn.inference.frozen import freeze
 from aiayn.io.export import export
 from aiayn.models import build_model
@@ -24,7 +29,6 @@ _moved.install()
 
 __all__ = [
     "Activation",
-    "AttentionKernel",
     "EncoderOutput",
     "ModelConfig",
     "Transformer",
@@ -33,3 +37,25 @@ __all__ = [
     "freeze",
 ]
 __version__ = "0.1.0"
+
+
+@functools.cache
+def _attention_kernel() -> type[enum.Enum]:
+    """The enum of the first three kernels' names that aiayn 0.1 exported."""
+    names = {"SDPA": "sdpa", "EXPLICIT": "explicit", "SLIDING_WINDOW": "sliding_window"}
+    return enum.Enum("AttentionKernel", names, type=str, module=__name__)
+
+
+def __getattr__(name: str) -> Any:
+    """`aiayn.AttentionKernel`, deprecated: kept for one release, with a warning."""
+    if name == "AttentionKernel":
+        warnings.warn(
+            "aiayn.AttentionKernel is deprecated and will be removed in the next release: "
+            "ModelConfig.attention takes any registered kernel's name (the strings "
+            "aiayn.nn.kernels.KERNELS.names() lists), and a kernel declares what it "
+            "supports (aiayn.nn.kernels.Kernel.capabilities)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return _attention_kernel()
+    raise AttributeError(f"module 'aiayn' has no attribute {name!r}")

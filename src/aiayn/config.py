@@ -22,24 +22,18 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import types
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from aiayn import plugins
+
 if TYPE_CHECKING:
     import torch
-
-
-class AttentionKernel(str, Enum):
-    """The names of the attention kernels aiayn ships (`ModelConfig.attention` takes the name
-    of any registered kernel: `aiayn.nn.kernels`)."""
-
-    SDPA = "sdpa"  # PyTorch's fused scaled_dot_product_attention; weights only when asked
-    EXPLICIT = "explicit"  # the formula written out; always computes the weights
-    SLIDING_WINDOW = "sliding_window"  # local window + global tokens, linear in length
 
 
 EnumT = TypeVar("EnumT", bound=Enum)
@@ -90,8 +84,9 @@ def config_from_dict(cls: type, values: dict[str, Any]) -> Any:
 
 
 def config_fields(cls: type) -> set[str]:
-    """The field names of a config dataclass."""
-    return {f.name for f in dataclasses.fields(cls)}
+    """The names a config dataclass is built from: its fields, and the old spellings it
+    still reads (init-only, e.g. `ModelConfig.attention_window`)."""
+    return set(inspect.signature(cls).parameters)
 
 
 @functools.cache
@@ -278,14 +273,15 @@ class ModelConfig:
             (the paper), sinusoidal_halves (Marian's layout), learned (Table 3 E),
             rotary, relative (T5's bias), alibi or none.
         attention: the self-attention kernel, by its registered name (`aiayn.nn.kernels`):
-            sdpa, explicit, sliding_window, or a plug-in's. Checked when the model is built.
+            sdpa, explicit, sliding_window, linear, performer, bigbird, or a plug-in's.
         attention_options: the kernel's own settings, a mapping (stored as sorted
-            (name, value) pairs); the kernel declares which names it takes.
+            (name, value) pairs); the kernel declares which names it takes
+            (sliding_window: window, global_tokens).
         position_options: the position scheme's own settings, likewise (relative:
             num_buckets, max_distance; rotary: base); the scheme declares their names.
-        attention_window: sliding_window only: keys within this many positions.
-        global_tokens: sliding_window only: the first this many positions attend
-            and are attended everywhere.
+        attention_window, global_tokens: the old spellings of sliding_window's options
+            `window` and `global_tokens`, still read from saved runs and recipes (they
+            move into `attention_options`; other kernels ignore them, as before).
         architecture: the registered model shape (`aiayn.models`) the config builds:
             encoder_decoder (the paper), decoder_only (GPT: its layers are
             `n_decoder_layers`) or encoder_only (BERT: `n_encoder_layers`). A shape
@@ -314,9 +310,14 @@ class ModelConfig:
         pad_id, bos_id, eos_id: special token ids of the vocabulary. The decoder
             starts from bos_id, which may equal pad_id (Marian starts from pad).
 
+    The plug-in names (`attention`, `positional`, `architecture`) and their options'
+    names are checked here, by the registries that own them (`aiayn.plugins`).
+
     Raises:
         ValueError: on a field out of range or an inconsistent combination; the
             message names the field.
+        aiayn.plugins.UnknownPlugin: a plug-in name no registry holds (a ValueError
+            listing those registered, and any plug-in that failed to load).
     """
 
     vocab_size: int
@@ -333,10 +334,8 @@ class ModelConfig:
     attention_dropout: float = 0.0
     activation: Activation = Activation.RELU
     positional: str = "sinusoidal"
-    attention: str = AttentionKernel.SDPA.value
+    attention: str = "sdpa"
     attention_options: tuple[tuple[str, Any], ...] = ()
-    attention_window: int = 256
-    global_tokens: int = 0
     max_len: int = 1024
     norm_first: bool = False
     tie_embeddings: bool = True
@@ -353,12 +352,15 @@ class ModelConfig:
     architecture: str = "encoder_decoder"
     kept_heads: tuple[tuple[str, tuple[int, ...]], ...] = ()
     position_options: tuple[tuple[str, Any], ...] = ()
+    attention_window: InitVar[int | None] = None
+    global_tokens: InitVar[int | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, attention_window: int | None, global_tokens: int | None) -> None:
         set_field = object.__setattr__  # frozen: derived defaults are filled in once, here
         for name in ("attention_options", "position_options"):
             if isinstance(getattr(self, name), Mapping):
                 set_field(self, name, tuple(getattr(self, name).items()))
+        self._read_old_window_keys(attention_window, global_tokens)
         check_field_types(self)
         for name in ("vocab_size", "d_model", "n_heads", "n_layers", "max_len"):
             _positive(name, getattr(self, name))
@@ -379,14 +381,13 @@ class ModelConfig:
             raise ValueError(
                 f"ModelConfig.layer_norm_eps must be positive, got {self.layer_norm_eps}"
             )
-        # Plug-in names (attention, positional, architecture) are checked when the model is
-        # built, by the registries of the layers that own them.
         set_field(self, "attention", str(getattr(self.attention, "value", self.attention)))
         set_field(self, "attention_options", self._checked_options("attention_options"))
         set_field(self, "position_options", self._checked_options("position_options"))
-        _positive("attention_window", self.attention_window)
-        if self.global_tokens < 0:
-            raise ValueError(f"ModelConfig.global_tokens must be >= 0, got {self.global_tokens}")
+        # the plug-ins' names and their options' names, by the registries that own them
+        plugins.check_choice("ModelConfig.attention", self.attention, self.attention_options)
+        plugins.check_choice("ModelConfig.positional", self.positional, self.position_options)
+        plugins.check_choice("ModelConfig.architecture", self.architecture)
         if self.pooling not in POOLINGS:
             raise ValueError(
                 f"ModelConfig.pooling must be one of {', '.join(POOLINGS)}, got {self.pooling!r}"
@@ -428,6 +429,31 @@ class ModelConfig:
                 f"ModelConfig.pad_id ({self.pad_id}) must differ from eos_id ({self.eos_id}): "
                 "padding is masked out of the source, the end of a sentence is not"
             )
+
+    def _read_old_window_keys(self, window: int | None, global_tokens: int | None) -> None:
+        """Move the sliding window's settings of runs saved before they became its options
+        (`attention_window`, `global_tokens` beside the other fields) into
+        `attention_options`; every saved run carries them, and other kernels ignore them.
+
+        Raises:
+            ValueError: a setting given both ways.
+        """
+        if self.attention != "sliding_window" or (window is None and global_tokens is None):
+            return
+        options = dict(self.attention_options)
+        for old, new, value in (
+            ("attention_window", "window", window),
+            ("global_tokens", "global_tokens", global_tokens),
+        ):
+            if value is None:
+                continue
+            if new in options:
+                raise ValueError(
+                    f"ModelConfig.{old} is the old spelling of attention_options {new!r}, "
+                    "which is given too: keep attention_options only"
+                )
+            options[new] = value
+        object.__setattr__(self, "attention_options", tuple(options.items()))
 
     def _checked_kept_heads(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
         """`kept_heads` as tuples (JSON gives lists), each name and head checked."""

@@ -11,10 +11,10 @@ Each kind has one `Registry`, owned by the package its built-in plug-ins live in
 
 A plug-in registers itself with the registry's decorator, in its own module:
 
-    from aiayn.nn.kernels import KERNELS
+    from aiayn.nn.kernels import KERNELS, Kernel
 
     @KERNELS.register("my_kernel")
-    class MyKernel(AttentionKernelBase): ...
+    class MyKernel(Kernel): ...
 
 and nothing else names it. The first time a registry is asked for a name, it imports
 every module of its package (so a new file there is found without a hand-kept list),
@@ -33,8 +33,14 @@ A plug-in takes its own settings from its section of the configuration
 (`ModelConfig.attention_options`, `ModelConfig.position_options`, a recipe's
 `data.task_options`): it declares their names (a class's `options` attribute, or
 `register(name, options=(...))` for a factory function) and receives them as keyword
-arguments; `Registry.options` refuses a name the plug-in does not declare, and the
-plug-in checks the values.
+arguments, kernels as position schemes and tasks; `Registry.options` refuses a name the
+plug-in does not declare, and the plug-in checks the values.
+
+A configuration names its plug-ins by setting ("ModelConfig.attention"); `check_choice`
+checks a name (and its options' names) with the registry that owns the setting, when
+the configuration is made, so that a misspelled name is refused there. A plug-in
+package that fails to import is skipped with a warning, and named, with its error, in
+the refusal of any name that is not registered.
 """
 
 from __future__ import annotations
@@ -57,6 +63,33 @@ class UnknownPlugin(ValueError):
     """A name that no plug-in of its kind is registered under."""
 
 
+_BY_SETTING: dict[str, Registry[Any]] = {}  # "ModelConfig.attention" -> its registry
+
+
+def check_choice(setting: str, name: str, options: Mapping[str, Any] | Any = None) -> None:
+    """Refuse a plug-in name (and option names) that the registry owning `setting` does not
+    hold: how a configuration checks its plug-ins when it is made, without importing the
+    layers that own them. A setting whose registry does not exist yet (its package is not
+    imported) is left to the registry when the plug-in is built.
+
+    Args:
+        setting: "ModelConfig.attention", "ModelConfig.positional", ...
+        name: the plug-in's name.
+        options: its options (a mapping or (name, value) pairs), or None not to check them.
+
+    Raises:
+        UnknownPlugin: no plug-in of that name (the message lists those registered, and
+            any that failed to load).
+        ValueError: an option the plug-in does not declare.
+    """
+    registry = _BY_SETTING.get(setting)
+    if registry is None:
+        return
+    registry.get(name)
+    if options is not None:
+        registry.options(name, dict(options))
+
+
 class Registry(Generic[T]):
     """The plug-ins of one kind, by name.
 
@@ -75,6 +108,9 @@ class Registry(Generic[T]):
     ) -> None:
         self.kind, self.package, self.group, self.setting = kind, package, group, setting
         self.options_setting = options_setting
+        if setting:
+            _BY_SETTING[setting] = self
+        self._failed: dict[str, str] = {}  # entry point -> why it did not load
         self._entries: dict[str, T] = {}
         self._origins: dict[str, str] = {}  # name -> the module that registered it
         self._discovered = False
@@ -138,8 +174,12 @@ class Registry(Generic[T]):
             return self._entries[name]
         except (KeyError, TypeError):
             where = f" ({self.setting})" if self.setting else ""
+            failed = "".join(
+                f"; plug-in {entry} failed to load: {why}" for entry, why in self._failed.items()
+            )
             raise UnknownPlugin(
                 f"unknown {self.kind} {name!r}{where}; registered: {', '.join(self.names())}"
+                f"{failed}"
             ) from None
 
     def options(self, name: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -196,6 +236,7 @@ class Registry(Generic[T]):
             loaded = point.load()
         except Exception as err:  # a broken third-party plug-in must not break aiayn
             log.warning("skipping %s plug-in %r (%s): %s", self.kind, point.name, point.value, err)
+            self._failed[point.name] = f"{point.value} ({type(err).__name__}: {err})"
             return
         if not isinstance(loaded, ModuleType) and point.name not in self._entries:
             self.add(point.name, loaded)

@@ -122,10 +122,8 @@ def test_precision_takes_both_spellings_and_names_its_dtype():
         ({"architecture": "wavelet"}, "ModelConfig.architecture", "decoder_only"),
     ],
 )
-def test_unknown_plugin_names_are_refused_when_the_model_is_built(overrides, setting, registered):
-    """Plug-in names are the registries' to check, at build time: the config stays below them."""
-    from aiayn.models import build_model
-
-    cfg = ModelConfig.tiny(vocab_size=50, **overrides)  # accepted: the config knows no registry
+def test_unknown_plugin_names_are_refused_when_the_config_is_made(overrides, setting, registered):
+    """Plug-in names are the registries' to check, through `aiayn.plugins`, as the config is
+    made: a misspelled name never reaches a run."""
     with pytest.raises(ValueError, match=rf"'wavelet' \({setting}\); registered: .*{registered}"):
-        build_model(cfg)
+        ModelConfig.tiny(vocab_size=50, **overrides)

@@ -130,6 +130,5 @@ def test_a_registered_decoder_only_shape_is_searched_saved_and_loaded(
 
 
 def test_an_unregistered_architecture_is_refused_by_name():
-    cfg = ModelConfig.tiny(vocab_size=20, architecture="decoder_only_gpt")
     with pytest.raises(ValueError, match=r"architecture 'decoder_only_gpt'.*encoder_decoder"):
-        build_model(cfg)
+        ModelConfig.tiny(vocab_size=20, architecture="decoder_only_gpt")

@@ -85,9 +85,9 @@ def test_relative_takes_its_buckets_and_distance_as_options():
     ],
 )  # fmt: skip
 def test_position_options_are_refused_by_name(positional, options, message):
-    cfg = ModelConfig.tiny(40, positional=positional, position_options=options)
+    # names are refused as the config is made, values when the scheme is built
     with pytest.raises(ValueError, match=message):
-        build_model(cfg)
+        build_model(ModelConfig.tiny(40, positional=positional, position_options=options))
 
 
 def test_position_options_survive_the_config_round_trip_and_a_checkpoint(tmp_path):
@@ -162,7 +162,6 @@ def test_task_options_are_refused_by_name(task, options, message):
 
 
 def test_kernel_options_are_checked_the_same_way():
-    cfg = ModelConfig.tiny(40, attention_options={"window": 3})
     message = r"attention_options: attention kernel 'sdpa' takes no option 'window'; it takes: none"
     with pytest.raises(ValueError, match=message):
-        build_model(cfg)
+        ModelConfig.tiny(40, attention_options={"window": 3})

@@ -144,7 +144,7 @@ def attention_weights(model: nn.Module, ids: Tensor) -> list[Tensor]:
     if len(cache) != len(names):
         raise ValueError(
             f"the attention kernel {model.cfg.attention!r} gives no attention weights; "
-            "induction scores need them (the sdpa or explicit kernel)"
+            "induction scores need them (a kernel that declares dense_softmax)"
         )
     return [cache[name].float() for name in names]
 

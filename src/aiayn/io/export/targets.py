@@ -4,6 +4,7 @@ none does."""
 from __future__ import annotations
 
 from aiayn.config import Activation, ModelConfig
+from aiayn.nn.kernels import kernel_class
 
 MARIAN, PEGASUS, GPT2, NEOX, BERT = "marian", "pegasus", "gpt2", "gpt_neox", "bert"
 LANGUAGE_MODELS = (GPT2, NEOX)
@@ -28,7 +29,6 @@ HF_ACTIVATIONS = {
     Activation.GELU_TANH: "gelu_pytorch_tanh",  # torch.nn.functional.gelu(approximate="tanh")
     Activation.SWISH: "swish",
 }
-_EXACT_KERNELS = ("sdpa", "explicit")  # dense softmax attention: what every target computes
 
 
 class ExportError(ValueError):
@@ -60,8 +60,11 @@ def hf_target(cfg: ModelConfig) -> str:
     def refuse(setting: str, why: str) -> ExportError:
         return ExportError(f"{setting}: {name} has no equivalent ({why}); not exported")
 
-    if cfg.attention not in _EXACT_KERNELS:
-        raise refuse(f"attention={cfg.attention}", "it computes dense softmax attention")
+    if not kernel_class(cfg.attention).exact_in_hf:  # what the kernel declares
+        raise refuse(
+            f"attention={cfg.attention} (it does not declare exact_in_hf)",
+            "it computes dense softmax attention",
+        )
     if cfg.attention_options:
         raise refuse(f"attention_options={dict(cfg.attention_options)}", "no kernel options")
     if cfg.position_options and (target != NEOX or set(dict(cfg.position_options)) - {"base"}):
