@@ -182,6 +182,31 @@ FENCED = re.compile(r"^```.*?^```", re.DOTALL | re.MULTILINE)
 NOT_PROSE = re.compile(r"`[^`\n]*`|<!--.*?-->|\]\([^)]*\)", re.DOTALL)
 
 
+# A quickstart transcript (a text block with its `train:` and `BLEU` lines) that is not
+# rendered from a results file says whose run it is, just before its fence.
+TRANSCRIPT = re.compile(r"^```text\n(?:(?!^```).)*?^train: .*?^BLEU \d", re.DOTALL | re.MULTILINE)
+EXAMPLE = re.compile(r'<!-- example: commit [0-9a-f]{7,40}, "[^"]+", \d{4}-\d{2}-\d{2} -->\n\n?$')
+# Pages another helper owns whose transcripts are to get their marker there.
+TRANSCRIPTS_ELSEWHERE = (
+    "docs/tutorials/05-training-the-quickstart.md",
+    "docs/tutorials/05-training-the-quickstart.ko.md",
+)
+
+
+def unmarked_transcripts(name: str, text: str) -> list[str]:
+    """Each quickstart transcript of a document not marked as an example from a named
+    commit, machine and date (`EXAMPLE`, just before the fence), one line each."""
+    if name in TRANSCRIPTS_ELSEWHERE:
+        return []
+    return [
+        f"{name}:{text.count(chr(10), 0, match.start()) + 1}: a quickstart transcript neither "
+        'rendered from a results file nor marked <!-- example: commit HASH, "MACHINE", '
+        "YYYY-MM-DD --> just before it"
+        for match in TRANSCRIPT.finditer(text)
+        if not EXAMPLE.search(text[: match.start()])  # the marker ends where the fence begins
+    ]
+
+
 def render_verdicts() -> dict[str, dict[str, str]]:
     """Each goal with a threshold: its verdict in each language (`verdicts.VERDICTS`)."""
     return {
@@ -284,6 +309,7 @@ def stale(
                     f"{verdicts[goal][language(name)]!r}"
                 )
         problems += hand_verdicts(name, texts[name])
+        problems += unmarked_transcripts(name, texts[name])
         problems += [
             f"{name}: {line}"
             for line in report.older_sources(texts[name], shown_files(texts[name], rendered), index)

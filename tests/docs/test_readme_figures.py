@@ -200,3 +200,23 @@ def test_a_verdict_span_renders_the_goals_one_verdict(report, texts):
     # the goals table's "met" column says the same as the span
     row = next(r for r in rendered["goals"].splitlines() if r.startswith("| aiayn's ListOps"))
     assert row.endswith("| yes |")
+
+
+TRANSCRIPT = "```text\ntrain: 3,565 steps\nbudget: 15,252 tok/s\n\nBLEU 24.72 (nrefs:1)\n```\n"
+
+
+def test_a_quickstart_transcript_names_its_commit_and_machine(report, texts):
+    """Issue 48, item 12: a transcript with no results file behind it is marked as an
+    example from a named commit, machine and date, or it fails."""
+    rendered = report.render_all()
+    bare = f"Its output:\n\n{TRANSCRIPT}"
+    found = report.stale({**texts, "docs/qs.md": bare}, rendered)
+    assert any(line.startswith("docs/qs.md:3: a quickstart transcript") for line in found)
+    marked = f'Its output:\n\n<!-- example: commit 8d72dde, "AMD EPYC, 2 cores", 2026-11-25 -->\n\n{TRANSCRIPT}'
+    assert not any(
+        line.startswith("docs/qs.md")
+        for line in report.stale({**texts, "docs/qs.md": marked}, rendered)
+    )
+    unnamed = marked.replace("commit 8d72dde, ", "")  # no commit: not a marker
+    found = report.stale({**texts, "docs/qs.md": unnamed}, rendered)
+    assert any(line.startswith("docs/qs.md:5: a quickstart transcript") for line in found)
