@@ -11,9 +11,9 @@ not registered with `aiayn.nn.kernels`. What it shows is what a fused kernel doe
   (a running max m and sum l per row), so no N x N matrix is ever stored; O, l and m
   are read and written once per key block, Theta(N^2 d^2 / M) bytes for an SRAM of M
   elements. It also returns the logsumexp L = m + log l of each row.
-- `tiled_attention_backward`: the gradients by recomputation (FlashAttention-2's form
-  of Algorithm 4): each block of P is rebuilt from Q, K and the saved L instead of
-  being kept from the forward.
+- `tiled_attention_backward`: the gradients by recomputation (the paper's Algorithm 4,
+  in FlashAttention-2's form: from L rather than l and m): each block of P is rebuilt
+  from Q, K and the saved L instead of being kept from the forward.
 - `tiled_attention`: the two as one differentiable function.
 
 Each function takes a `Traffic`, which counts the bytes the algorithm reads from and
@@ -183,10 +183,10 @@ def tiled_attention_forward(
     out = traffic.store(q.new_zeros(*q.shape[:-1], v.size(-1)))  # (B, H, N, dv)
     row_sum = traffic.store(q.new_zeros(q.shape[:-1]))  # l: (B, H, N)
     row_max = traffic.store(q.new_full(q.shape[:-1], float("-inf")))  # m: (B, H, N)
-    for cols in _blocks(n_keys, block_cols):  # line 5
+    for cols in _blocks(n_keys, block_cols):  # lines 5-6
         k_j = traffic.load(k[..., cols.start : cols.stop, :])  # (B, H, Bc, d)
         v_j = traffic.load(v[..., cols.start : cols.stop, :])  # (B, H, Bc, dv)
-        for rows in _blocks(n_queries, block_rows):  # line 7
+        for rows in _blocks(n_queries, block_rows):  # lines 7-8
             allowed = _block_mask(rows, cols, offset, q.device) if causal else None
             if allowed is not None and not allowed.any():
                 continue  # every key of block j follows every query of block i
