@@ -194,3 +194,14 @@ def test_an_old_file_whose_end_load_less_its_threads_passes_the_limit_is_marked(
     assert report.load_mark({**data, "threads": None}) is None
     text = _serve_table(report, tmp_path, load_average=[2.68, 3.07, 4.56])
     assert text.splitlines()[-1].startswith("**Measured under load:** load average 2.68 at its end")
+
+
+def test_a_files_own_note_is_on_its_source_line(report):
+    """Issue 48, item 15: efficient-bible-genre.json's command names the file it was
+    written as (`--results efficient-bible-genre-5min`); its note says it was renamed."""
+    data = {"date": "2026-11-26 01:21", "command": "bench --results old-name"}
+    line = report.source("x", {**data, "file_note": "written as old-name.json and renamed."})
+    assert (
+        "`bench --results old-name`. The file's note: written as old-name.json and renamed." in line
+    )
+    assert "note" not in report.source("x", data)
