@@ -520,7 +520,7 @@ def read_lines(path: str | Path) -> list[str]:
 
 _CHECKPOINTS = "checkpoints"  # RUN/checkpoints/NAME/...: what lies there belongs to RUN
 _CORPUS_MARK = "corpus.json"  # aiayn.data.corpus.CORPUS_FILE: its directory is a corpus
-_WEIGHTS_SUFFIX = ".safetensors"  # a weights file belongs to its checkpoint directory
+_WEIGHTS_FILE = "model.safetensors"  # aiayn.io.checkpoint.WEIGHTS_FILE: in a checkpoint
 
 
 def protected_root(path: str | Path) -> Path:
@@ -529,7 +529,7 @@ def protected_root(path: str | Path) -> Path:
 
     - the run RUN, for RUN/checkpoints, a checkpoint directory RUN/checkpoints/NAME, or a
       file inside one (the layout `aiayn.io.checkpoint.find_in_run` reads);
-    - the directory of any other weights file (.safetensors): a checkpoint or a
+    - the directory of any other weights file (model.safetensors): a checkpoint or a
       converted model;
     - the corpus, for a file of a directory that holds a corpus.json;
     - else `path` itself: a run directory, a corpus, an input file.
@@ -538,9 +538,7 @@ def protected_root(path: str | Path) -> Path:
     for ancestor in [real, *real.parents][:3]:  # RUN/checkpoints[/NAME[/FILE]]
         if ancestor.name == _CHECKPOINTS:
             return ancestor.parent
-    if real.is_file() and (
-        real.suffix == _WEIGHTS_SUFFIX or (real.parent / _CORPUS_MARK).is_file()
-    ):
+    if real.is_file() and (real.name == _WEIGHTS_FILE or (real.parent / _CORPUS_MARK).is_file()):
         return real.parent
     return real
 
@@ -557,8 +555,8 @@ def _refuse_protected(path: Path, where: str, reads: list[Path], directory: bool
     """Refuse an output that is, lies inside or holds what the command reads."""
     real = Path(os.path.realpath(path))
     for read in reads:
-        if not read.exists():
-            continue  # the command reports a missing input itself
+        if not (read.is_file() or read.is_dir()):
+            continue  # missing (reported by the command), or a pipe or device: no file
         root = protected_root(read)
         what = (
             "the run"
