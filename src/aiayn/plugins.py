@@ -111,6 +111,7 @@ class Registry(Generic[T]):
         if setting:
             _BY_SETTING[setting] = self
         self._failed: dict[str, str] = {}  # entry point -> why it did not load
+        self._loaded: set[str] = set()  # the entry points loaded ("name = value")
         self._entries: dict[str, T] = {}
         self._origins: dict[str, str] = {}  # name -> the module that registered it
         self._discovered = False
@@ -228,10 +229,21 @@ class Registry(Generic[T]):
             self._discovered = True  # the modules imported below call back into `add`
             for module in _modules_of(self.package):
                 importlib.import_module(module)
+            self.refresh()
+
+    def refresh(self) -> None:
+        """Load the entry points of this registry's group not loaded yet: plug-in packages
+        installed since the registry first looked (in a running notebook after `pip
+        install`, or a test's package)."""
+        with self._lock:
+            self._discover()
             for point in importlib.metadata.entry_points(group=self.group):
-                self._load_entry_point(point)
+                if f"{point.name} = {point.value}" not in self._loaded:
+                    self._load_entry_point(point)
 
     def _load_entry_point(self, point: importlib.metadata.EntryPoint) -> None:
+        self._loaded.add(f"{point.name} = {point.value}")
+        self._failed.pop(point.name, None)
         try:
             loaded = point.load()
         except Exception as err:  # a broken third-party plug-in must not break aiayn
