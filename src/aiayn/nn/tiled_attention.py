@@ -31,6 +31,7 @@ Shape legend:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -118,7 +119,8 @@ def standard_attention(
     return traffic.store(traffic.load(p) @ traffic.load(v))  # (B, H, N, dv)
 
 
-def _check(q: Tensor, k: Tensor, causal: bool, block_rows: int, block_cols: int) -> None:
+def _check(q: Tensor, k: Tensor, causal: bool, block_rows: int, block_cols: int) -> float:
+    """The scale 1 / sqrt(d), once the arguments are checked."""
     if block_rows < 1 or block_cols < 1:
         raise ValueError(f"block sizes must be positive, got Br={block_rows}, Bc={block_cols}")
     if causal and q.size(-2) > k.size(-2):
@@ -126,19 +128,35 @@ def _check(q: Tensor, k: Tensor, causal: bool, block_rows: int, block_cols: int)
             f"causal attention needs N <= S (queries are the last N positions), "
             f"got N={q.size(-2)}, S={k.size(-2)}"
         )
-
-
-def _block_mask(rows: range, cols: range, offset: int, device: torch.device) -> Tensor | None:
-    """(Br, Bc) bool, True where query `rows[i]` may attend key `cols[j]` under the causal
-    mask (query i stands at position i + offset); None when every pair may."""
-    if cols[-1] <= rows[0] + offset:
-        return None
-    query_at = torch.arange(rows.start, rows.stop, device=device)[:, None] + offset
-    return torch.arange(cols.start, cols.stop, device=device) <= query_at
+    return 1.0 / math.sqrt(q.size(-1))
 
 
 def _blocks(length: int, size: int) -> list[range]:
     return [range(start, min(start + size, length)) for start in range(0, length, size)]
+
+
+def _query_blocks(
+    n_queries: int, n_keys: int, cols: range, block_rows: int, causal: bool, device: torch.device
+) -> Iterator[tuple[slice, Tensor | None]]:
+    """For key block `cols`, each query block to visit: its rows, and the (Br, Bc) bool mask
+    of the pairs the causal mask allows (None: all of them). Query i stands at position
+    i + S - N; a block in which every key follows every query is not visited."""
+    for rows in _blocks(n_queries, block_rows):
+        allowed = None
+        if causal and cols[-1] > rows[0] + n_keys - n_queries:
+            query_at = torch.arange(rows.start, rows.stop, device=device)[:, None]
+            allowed = (
+                torch.arange(cols.start, cols.stop, device=device) <= query_at + n_keys - n_queries
+            )
+            if not allowed.any():
+                continue
+        yield slice(rows.start, rows.stop), allowed
+
+
+def _scores(q_i: Tensor, k_j: Tensor, scale: float, allowed: Tensor | None) -> Tensor:
+    """S_ij = Q_i K_j^T / sqrt(d), -inf where the mask forbids: (B, H, Br, Bc)."""
+    s_ij = q_i @ k_j.transpose(-2, -1) * scale
+    return s_ij if allowed is None else s_ij.masked_fill(~allowed, float("-inf"))
 
 
 def tiled_attention_forward(
@@ -174,11 +192,9 @@ def tiled_attention_forward(
     Raises:
         ValueError: for a block size below 1, or `causal` with N > S.
     """
-    _check(q, k, causal, block_rows, block_cols)
+    scale = _check(q, k, causal, block_rows, block_cols)
     traffic = Traffic() if traffic is None else traffic
     n_queries, n_keys = q.size(-2), k.size(-2)
-    offset = n_keys - n_queries
-    scale = 1.0 / math.sqrt(q.size(-1))
     # Line 2: O = 0, l = 0, m = -inf, in HBM.
     out = traffic.store(q.new_zeros(*q.shape[:-1], v.size(-1)))  # (B, H, N, dv)
     row_sum = traffic.store(q.new_zeros(q.shape[:-1]))  # l: (B, H, N)
@@ -186,18 +202,13 @@ def tiled_attention_forward(
     for cols in _blocks(n_keys, block_cols):  # lines 5-6
         k_j = traffic.load(k[..., cols.start : cols.stop, :])  # (B, H, Bc, d)
         v_j = traffic.load(v[..., cols.start : cols.stop, :])  # (B, H, Bc, dv)
-        for rows in _blocks(n_queries, block_rows):  # lines 7-8
-            allowed = _block_mask(rows, cols, offset, q.device) if causal else None
-            if allowed is not None and not allowed.any():
-                continue  # every key of block j follows every query of block i
-            at = slice(rows.start, rows.stop)
+        # Lines 7-8, for the query blocks block j does not hide entirely.
+        for at, allowed in _query_blocks(n_queries, n_keys, cols, block_rows, causal, q.device):
             q_i = traffic.load(q[..., at, :])  # (B, H, Br, d)
             o_i = traffic.load(out[..., at, :])  # (B, H, Br, dv)
             l_i = traffic.load(row_sum[..., at])[..., None]  # (B, H, Br, 1)
             m_i = traffic.load(row_max[..., at])[..., None]
-            s_ij = q_i @ k_j.transpose(-2, -1) * scale  # (B, H, Br, Bc), line 9
-            if allowed is not None:
-                s_ij = s_ij.masked_fill(~allowed, float("-inf"))
+            s_ij = _scores(q_i, k_j, scale, allowed)  # (B, H, Br, Bc), line 9
             m_block = s_ij.amax(dim=-1, keepdim=True)  # m~, line 10
             # A row with no allowed key in this block has m~ = -inf; shift it by 0 instead,
             # so that its P~ is 0, not exp(-inf + inf) = NaN.
@@ -249,11 +260,9 @@ def tiled_attention_backward(
     Raises:
         ValueError: for a block size below 1, or `causal` with N > S.
     """
-    _check(q, k, causal, block_rows, block_cols)
+    scale = _check(q, k, causal, block_rows, block_cols)
     traffic = Traffic() if traffic is None else traffic
     n_queries, n_keys = q.size(-2), k.size(-2)
-    offset = n_keys - n_queries
-    scale = 1.0 / math.sqrt(q.size(-1))
     delta = traffic.store((traffic.load(grad_out) * traffic.load(out)).sum(dim=-1))  # D: (B, H, N)
     grad_q = traffic.store(torch.zeros_like(q))
     grad_k, grad_v = torch.empty_like(k), torch.empty_like(v)
@@ -261,19 +270,13 @@ def tiled_attention_backward(
         k_j = traffic.load(k[..., cols.start : cols.stop, :])  # (B, H, Bc, d)
         v_j = traffic.load(v[..., cols.start : cols.stop, :])  # (B, H, Bc, dv)
         grad_k_j, grad_v_j = torch.zeros_like(k_j), torch.zeros_like(v_j)  # on chip
-        for rows in _blocks(n_queries, block_rows):
-            allowed = _block_mask(rows, cols, offset, q.device) if causal else None
-            if allowed is not None and not allowed.any():
-                continue
-            at = slice(rows.start, rows.stop)
+        for at, allowed in _query_blocks(n_queries, n_keys, cols, block_rows, causal, q.device):
             q_i = traffic.load(q[..., at, :])  # (B, H, Br, d)
             grad_out_i = traffic.load(grad_out[..., at, :])  # (B, H, Br, dv)
             lse_i = traffic.load(lse[..., at])[..., None]  # (B, H, Br, 1)
             delta_i = traffic.load(delta[..., at])[..., None]
             grad_q_i = traffic.load(grad_q[..., at, :])
-            s_ij = q_i @ k_j.transpose(-2, -1) * scale  # (B, H, Br, Bc)
-            if allowed is not None:
-                s_ij = s_ij.masked_fill(~allowed, float("-inf"))
+            s_ij = _scores(q_i, k_j, scale, allowed)  # (B, H, Br, Bc)
             p_ij = torch.exp(s_ij - lse_i)  # the forward's weights, recomputed
             grad_v_j += p_ij.transpose(-2, -1) @ grad_out_i
             grad_p_ij = grad_out_i @ v_j.transpose(-2, -1)  # (B, H, Br, Bc)
