@@ -53,7 +53,8 @@ class Goal:
 
     `rule`: "every" (every value must reach the goal: every cell), "best" (any value:
     a choice between settings, as between two servers) or "median" (the median over
-    seeds). `unit`: "x" (a speed ratio), "%" (a fraction, shown in percent) or "BLEU".
+    seeds). `unit`: "x" (a speed ratio), "%" (a fraction, shown in percent), "BLEU" or
+    "BLEU difference" (against a baseline, signed).
     """
 
     name: str
@@ -74,24 +75,29 @@ class Goal:
         return judged(self.values) >= self.goal
 
     def measured(self) -> str:
-        if self.unit == "x":
+        """The values as the table shows them: their range, or for a median goal the
+        median and then the range."""
+        if self.unit == "x" and self.rule != "median":
             return span(list(self.values))
         low, high = (self.shown(v) for v in (min(self.values), max(self.values)))
-        return low if low == high else f"{low} to {high}"
+        spread = low if low == high else f"{low} to {high}"
+        if self.rule == "median":
+            return f"{self.shown(statistics.median(self.values))} ({spread})"
+        return spread
 
     def shown(self, value: float) -> str:
         if self.unit == "%":
             return f"{100 * value:.1f}%"
-        if self.unit == "BLEU":
-            return (
-                f"{value:+.2f} BLEU" if value < 0 or self.rule != "median" else f"{value:.2f} BLEU"
-            )
-        return f"{value:g}x"
+        if self.unit == "BLEU difference":  # against a baseline: signed
+            return f"{value:+.2f} BLEU"
+        return f"{value:.2f} BLEU" if self.unit == "BLEU" else f"{value:.2f}x"
 
     def goal_text(self) -> str:
         if self.goal is None:
             return ""
-        return f"{100 * self.goal:g}%" if self.unit == "%" else self.shown(self.goal)
+        if self.unit == "%":
+            return f"{100 * self.goal:g}%"
+        return f"{self.goal:g}x" if self.unit == "x" else f"≥ {self.shown(self.goal)}"
 
 
 def exists(name: str) -> bool:
@@ -292,7 +298,7 @@ def other_goals() -> list[Goal]:
         work = "int8 as `--dtype int8` runs the quickstart model, the recipe's seeds"
         goals += [
             Goal("int8-bleu", work, "test BLEU against fp32", "int8",
-                 tuple(r["vs_fp32"] for _, r in runs), -0.3, (QUALITY,), unit="BLEU"),
+                 tuple(r["vs_fp32"] for _, r in runs), -0.3, (QUALITY,), unit="BLEU difference"),
             Goal("int8-greedy", work, "greedy outputs identical to fp32's", "int8",
                  tuple(r["greedy_same_as_fp32"] / n for n, r in runs), 0.9, (QUALITY,), unit="%"),
         ]  # fmt: skip
