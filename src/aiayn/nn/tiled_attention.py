@@ -37,6 +37,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from aiayn.nn.masks import causal_mask
+
 __all__ = [
     "Traffic", "block_sizes", "standard_attention", "tiled_attention",
     "tiled_attention_backward", "tiled_attention_forward",
@@ -112,9 +114,7 @@ def standard_attention(
     s = traffic.store(traffic.load(q) @ traffic.load(k).transpose(-2, -1) * scale)  # (B, H, N, S)
     s = traffic.load(s)
     if causal:
-        key_at = torch.arange(n_keys, device=q.device)
-        query_at = torch.arange(n_queries, device=q.device)[:, None] + n_keys - n_queries
-        s = s.masked_fill(key_at > query_at, float("-inf"))
+        s = s.masked_fill(~causal_mask(n_queries, n_keys, device=q.device), float("-inf"))
     p = traffic.store(torch.softmax(s, dim=-1))
     return traffic.store(traffic.load(p) @ traffic.load(v))  # (B, H, N, dv)
 
