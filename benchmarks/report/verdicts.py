@@ -36,6 +36,8 @@ ENGINE_FILES = {
     "generate": "generate-engine",
     "overhead": "step-overhead",
 }
+# Issue 29's serving goal at 16 clients asks a p99 latency under a second too.
+SERVE_P99_MS = 1000.0
 # GPT generation: the cells of the older runs, each cell read from its newest file.
 GENERATE_FILES = ("generate", "generate-1thread")
 GPU_TRAIN, GPU_DECODE, LISTOPS = "train-gpu-big", "decode-gpu-b256", "efficient-listops"
@@ -200,17 +202,23 @@ def engine_goals() -> list[Goal]:
     goals: list[Goal] = []
     servers = {"serve": "continuous engine", "batcher": "dynamic batcher"}
     served = {k: ENGINE_FILES[k] for k in servers if exists(ENGINE_FILES[k])}
-    for clients, goal in ((16, 5.0), (64, 8.0)):
-        values = tuple(
-            c["speedup"]
+    for clients, goal, p99_ms in ((16, 5.0, SERVE_P99_MS), (64, 8.0, None)):
+        cells = [
+            c
             for name in served.values()
             for c in report.load(name)["cells"]
             if c["clients"] == clients and c["server"] == "batching"
+        ]
+        # at 16 clients the goal holds a server to a p99 under a second as well: a
+        # server above it counts as reaching none of the speed-up
+        values = tuple(
+            c["speedup"] if p99_ms is None or c["p99_ms"] < p99_ms else 0.0 for c in cells
         )
         compared = " or ".join(servers[k] for k in served) + " / one at a time"
+        work = f"serving, {clients} clients" + (", p99 under 1 s" if p99_ms else "")
         goals.append(
-            Goal(f"serve-{clients}", f"serving, {clients} clients", compared, "fp32", values,
-                 goal, tuple(served.values()), rule="best")
+            Goal(f"serve-{clients}", work, compared, "fp32", values, goal,
+                 tuple(served.values()), rule="best")
         )  # fmt: skip
     if exists(ENGINE_FILES["translate"]):
         cells = report.load(ENGINE_FILES["translate"])["cells"]
