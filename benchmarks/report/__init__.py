@@ -18,6 +18,13 @@ page holds its renderers (`speed`, `cpu_inference`, `engine`, `efficient`, `anal
 table ends with a line naming the file, its date, machine, CPU features, torch
 version, threads, load average, commit and command, and what the file does not record;
 under it, a mark where the run was measured under load (`load_mark`).
+
+The check also holds the prose to the same numbers: each results file declares what it
+measures (`measures`: system, cell, harness), and a page that shows a file a newer one of
+the same measurement supersedes says why (`<!-- older: NAME -->`, `older_sources`); a
+goal's verdict is computed once (`verdicts`) and rendered wherever a page names it
+(`<!-- verdict:NAME -->...<!-- /verdict -->`), never written by hand; a quickstart
+transcript no file renders is marked as an example from a named commit and machine.
 `tests/docs/test_readme_figures.py` runs the check, so a figure edited by hand, or a
 results file re-measured without `--write`, fails the suite.
 """
