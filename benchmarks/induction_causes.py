@@ -52,6 +52,7 @@ RECIPE: dict[str, Any] = dict(
     lr=1e-3,  # the constant rate (schedule "constant" only)
     dropout=0.0,
     label_smoothing=0.0,
+    positional="learned",  # the recipe's (GPT's); --positional rotary for faster runs
 )
 # ... and each variant's changes. "plain" is the issue's plain loop: AdamW (PyTorch's
 # defaults: betas 0.9, 0.999, eps 1e-8, weight decay 0.01) at a constant 1e-3, 32 rows.
@@ -83,16 +84,23 @@ class Lines:
 
 
 def train_variant(
-    name: str, corpus_dir: Path, updates: int, every: int, seed: int, test_ids: torch.Tensor
+    name: str,
+    corpus_dir: Path,
+    updates: int,
+    every: int,
+    seed: int,
+    test_ids: torch.Tensor,
+    positional: str = "learned",
 ) -> dict[str, Any]:
     """Train one variant; its curve of (update, first-half loss, repeated-half loss)."""
-    settings = {**RECIPE, **VARIANTS[name]}
+    settings = {**RECIPE, "positional": positional, **VARIANTS[name]}
     from aiayn.data.corpus import PreparedCorpus
 
     corpus = PreparedCorpus.load(corpus_dir)
     tokenizer = corpus.tokenizer()
     cfg = ModelConfig.gpt(
-        tokenizer.vocab_size, d_model=128, n_heads=8, d_ff=0, n_layers=2,
+        tokenizer.vocab_size, positional=settings["positional"], d_model=128, n_heads=8, d_ff=0,
+        n_layers=2,
         max_len=settings["max_len"], dropout=settings["dropout"],
         attention_dropout=settings["dropout"], pad_id=tokenizer.pad_id,
         bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id,
@@ -182,6 +190,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--corpus", type=Path, help="a prepared corpus (default: draw one)")
     parser.add_argument("--name", default="induction-causes")
+    parser.add_argument("--positional", default="learned", help="the model's positions")
     args = parser.parse_args()
     common.set_threads(args.threads)
     with tempfile.TemporaryDirectory() as scratch:
@@ -195,7 +204,9 @@ def main() -> None:
             tokenizer.vocab_size, 40, 32, 1234, specials, tokenizer.eos_id
         )
         runs = [
-            train_variant(name, corpus_dir, args.updates, args.every, args.seed, test_ids)
+            train_variant(
+                name, corpus_dir, args.updates, args.every, args.seed, test_ids, args.positional
+            )
             for name in args.variants.split(",")
         ]
     path = common.write_json(args.name, {"args": {**vars(args), "corpus": None}, "runs": runs})
