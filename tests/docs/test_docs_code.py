@@ -105,7 +105,12 @@ def test_the_page_s_python_runs_and_prints_what_it_shows(page, tmp_path):
         timeout=600,
     )
     assert result.returncode == 0, f"{page}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    block = missing_output(result.stdout, OUTPUT.findall(page.read_text(encoding="utf-8")))
+    shown = OUTPUT.findall(page.read_text(encoding="utf-8"))
+    if os.environ.get("AIAYN_SEED_SHIFT", "0") != "0":
+        # The portability audit's other seeds (tests/variants): every seeded figure moves,
+        # so every block is held to its shape, and the page's asserts to their claims.
+        shown = [("output-varies", block) for _, block in shown]
+    block = missing_output(result.stdout, shown)
     assert block is None, (
         f"{page} shows output its code did not print:\n{block}\nprinted:\n{result.stdout[-3000:]}"
     )
