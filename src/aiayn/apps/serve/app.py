@@ -14,13 +14,18 @@ model information, metrics, and the attention explorer's page.
     GET /               the explorer (aiayn.apps.explorer.STATIC_DIR), when installed
 
 Every error is JSON, {"error": "what went wrong", "status": 4xx}, validation errors
-with their "details": 400 for a body that is not UTF-8; 408 for a body not received
-within `body_timeout_s`; 413 for a body, request or sentence count over the limits;
-422 for a malformed body (bad JSON, a wrong type, an unknown field, beam 0, a lone
-surrogate in a sentence); 429 with Retry-After when the queue is full; 499 (logged
-only) when the client went away before its answer or before sending its whole body;
-501 for attention without the explorer; 503 while stopping; 504 when the request's
-deadline passed.
+with their "details": 400 for a body that is not UTF-8 (UTF-16 and UTF-32 included);
+408 for a body not received within `body_timeout_s`; 413 for a body, request or
+sentence count over the limits, or attention maps that could exceed
+`max_response_bytes`; 422 for a malformed body (bad JSON, a wrong type, an unknown
+field, beam 0, a lone surrogate in a sentence); 429 with Retry-After when the queue is
+full; 499 (logged only) when the client went away before its answer or before sending
+its whole body; 500 for a decoding that failed (that request's, or its batch's or
+table's, only); 501 for attention without the explorer; 503 while stopping, when the
+inference thread has stopped, or when the continuous engine's table for the request's
+options cannot be made; 504 when the request's deadline passed. A connection whose
+request headers do not arrive within `header_timeout_s` is closed
+(`aiayn.apps.serve.protocol`).
 """
 
 from __future__ import annotations

@@ -130,8 +130,8 @@ class ContinuousEngine(TranslationEngine):
         translator, threads, corpus: as for `TranslationEngine`.
         sentences: sentences decoded at once (>= 1).
         compile: compile each engine's step when it is made.
-        max_slots: slots per sentence kept in all, over every table (default: the
-            widest of the model's default beam and 16).
+        max_slots: slots per sentence kept in all, over every table (at least the
+            model's default beam).
 
     Raises:
         ValueError: an output shortlist (the engine projects onto the whole vocabulary),
@@ -145,7 +145,7 @@ class ContinuousEngine(TranslationEngine):
         corpus: dict[Any, dict[str, Any]] | None = None,
         sentences: int = 16,
         compile: bool = False,
-        max_slots: int | None = None,
+        max_slots: int = 16,
     ) -> None:
         super().__init__(translator, threads, corpus)
         if isinstance(translator.engine, Shortlisted):
@@ -155,7 +155,7 @@ class ContinuousEngine(TranslationEngine):
             )
         self.sentences, self.compile = sentences, compile
         default = translator.decode_config()
-        self.max_slots = max(max_slots or 16, slots_per_sentence(default))
+        self.max_slots = max(max_slots, slots_per_sentence(default))
         # by slots per sentence, least recently used first
         self._engines: OrderedDict[int, Engine] = OrderedDict()
         self._running: DecodeConfig | None = None  # the config of the sentences in the table
