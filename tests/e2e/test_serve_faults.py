@@ -553,3 +553,22 @@ def test_cli_serve_on_an_invalid_host_is_one_error_line(run: Path, host: str, wo
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"aiayn: error: {words}"), result.output
     assert "give an address of this machine" in lines[0]
+
+
+def test_a_server_whose_inference_thread_stops_exits_1_for_its_supervisor(
+    run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, the process stayed up answering 504 for ever, /ready 503."""
+    from aiayn.apps.serve.batcher import Batcher
+
+    def dies(self: Batcher) -> None:
+        raise SystemError("the inference thread's own fault")
+
+    monkeypatch.setattr(Batcher, "_loop", dies)
+    result = CliRunner().invoke(cli, ["serve", str(run), "--port", str(free_port())])
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("aiayn: error:")]
+    assert errors == [
+        "aiayn: error: the inference thread stopped (SystemError: the inference thread's own "
+        "fault); the server shut down so that it can be restarted"
+    ]
