@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import re
 import shutil
 import subprocess
 import sys
@@ -169,3 +170,15 @@ def test_a_model_on_its_kernel_exports_and_transformers_computes_the_same(instal
     ids = torch.randint(3, VOCAB, (2, 9))
     with torch.no_grad():
         torch.testing.assert_close(hf(ids).logits, model(ids), atol=1e-4, rtol=1e-4)
+
+
+def test_the_extension_how_to_shows_the_package_as_it_is():
+    page = (PACKAGE.parents[1] / "docs" / "how-to" / "extend.md").read_text(encoding="utf-8")
+    for name in ("kernel.py", "positions.py"):
+        path = f"aiayn_fixture_plugins/{name}"
+        (shown,) = re.findall(rf"```python\n# tests/plugin_package/{path}\n(.*?)```", page, re.S)
+        assert shown == (PACKAGE / path).read_text(encoding="utf-8")
+    (entry_points,) = re.findall(r"```toml\n(.*?)```", page, re.S)
+    assert entry_points in (PACKAGE / "pyproject.toml").read_text(encoding="utf-8")
+    files = sum(1 for p in PACKAGE.rglob("*") if p.is_file())
+    assert f"in\n{['', 'one', 'two', 'three', 'four', 'five'][files]} files" in page

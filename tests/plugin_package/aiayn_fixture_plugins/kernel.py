@@ -7,8 +7,6 @@ export), the static decoding step (its per-slot stores and float bias), a causal
 Shape legend: B batch, H query heads, Hkv key/value heads, T queries, S keys, D head size.
 """
 
-from __future__ import annotations
-
 import math
 
 import torch

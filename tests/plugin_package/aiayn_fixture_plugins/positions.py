@@ -4,8 +4,6 @@
 Shape legend: H heads, T queries, S keys.
 """
 
-from __future__ import annotations
-
 import torch
 from torch import Tensor
 
