@@ -74,7 +74,7 @@ def on_post_page(output, page, config):
 
     def moved(match: re.Match) -> str:
         app = json.loads(match.group(2))
-        app["base"] = f"{app['base']}/{KOREAN}"
+        app["base"] = f"{app['base']}/{KOREAN}/"  # a folder: URLs resolve inside it
         return match.group(1) + json.dumps(app) + match.group(3)
 
     return CONFIG.sub(moved, output, count=1)

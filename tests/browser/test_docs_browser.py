@@ -106,3 +106,60 @@ def test_a_tutorial_page_renders_its_code_tables_and_figure_in_both_languages(
         for image in figures:  # loaded, not a broken-image box
             assert browser.execute_script("return arguments[0].naturalWidth", image) > 0
         browser.save_screenshot(str(screenshots / name))
+
+
+def resources_from_elsewhere(browser, origin: str) -> list[str]:  # noqa: F811
+    """Every resource the open page loaded (scripts, styles, fonts, images, the search
+    index and its worker) whose URL is not on `origin`."""
+    loaded = browser.execute_script(
+        "return performance.getEntriesByType('resource').map(e => e.name).concat([location.href])"
+    )
+    return [url for url in loaded if not url.startswith(origin)]
+
+
+def test_the_maths_renders_from_the_site_s_own_katex_and_nothing_comes_from_elsewhere(
+    browser,  # noqa: F811
+    served,
+    screenshots,
+):
+    open_page(browser, served + "ko/tutorials/01-attention-by-hand/")
+    WebDriverWait(browser, WAIT_S).until(
+        lambda d: d.find_elements(By.CSS_SELECTOR, "article .katex-display .katex-html")
+    )
+    equation = browser.find_element(By.CSS_SELECTOR, "article .katex-display")
+    assert "Attention" in equation.text and "softmax" in equation.text
+    assert "(1)" in equation.text  # the paper's equation number, as a tag
+    # KaTeX's own font drew it (a font that failed to load leaves the fallback's width)
+    assert browser.execute_script("return document.fonts.check('16px KaTeX_Main')")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", equation)
+    browser.save_screenshot(str(screenshots / "site-tutorial1-ko-maths.png"))
+    assert resources_from_elsewhere(browser, served) == []
+    for page in ("", "ko/", "reference/api/", "tutorials/06-beam-search/"):
+        open_page(browser, served + page)
+        assert resources_from_elsewhere(browser, served) == [], page
+
+
+def test_the_korean_search_finds_the_korean_tutorials_first(
+    browser,  # noqa: F811
+    served,
+    screenshots,
+):
+    open_page(browser, served + "ko/")
+    box = browser.find_element(By.CSS_SELECTOR, "input.md-search__input")
+    box.click()  # the header's search box (a wide window shows it)
+    box.send_keys("어텐션")
+    WebDriverWait(browser, WAIT_S).until(
+        lambda d: d.find_elements(By.CSS_SELECTOR, ".md-search-result__item")
+    )
+    links = [
+        a.get_attribute("href")
+        for a in browser.find_elements(By.CSS_SELECTOR, ".md-search-result__item > a")
+    ]
+    # Korean pages only (the Korean site's index), tutorials first, tutorial 1 among them
+    # (its title says 어텐션 now; it used to come 18th of 19).
+    assert all(link.startswith(served + "ko/") for link in links), links
+    assert all(link.startswith(served + "ko/tutorials/") for link in links[:2]), links[:3]
+    assert any("/01-attention-by-hand/" in link for link in links[:2]), links[:3]
+    titles = browser.find_element(By.CSS_SELECTOR, ".md-search-result__list").text
+    assert "스케일드 닷-프로덕트 어텐션" in titles
+    browser.save_screenshot(str(screenshots / "site-search-ko.png"))

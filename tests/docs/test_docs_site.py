@@ -130,7 +130,7 @@ def test_each_language_searches_its_own_pages(site):
     html = (site / "ko" / "tutorials" / "06-beam-search" / "index.html").read_text("utf-8")
     config = json.loads(re.search(r'id="__config" type="application/json">(.*?)</script>',
                                   html, re.S).group(1))  # fmt: skip
-    assert config["base"] == "../../../ko"
+    assert config["base"] == "../../../ko/"
 
 
 def test_the_korean_site_says_which_pages_are_english_and_names_its_menus_in_korean(site):
@@ -148,3 +148,21 @@ def test_the_korean_site_says_which_pages_are_english_and_names_its_menus_in_kor
         "속도",
     ):
         assert title in menu, title
+
+
+def test_the_site_loads_nothing_from_other_hosts_and_renders_maths_with_its_own_katex(site):
+    """Every script, stylesheet, image and font the built pages name is in the site
+    (tests/browser/test_docs_browser.py checks what a browser actually loads)."""
+    external = re.compile(
+        r"""<(?:script|img|source|iframe)\b[^>]*\bsrc=["'](?:https?:)?//"""
+        r"""|<link\b[^>]*\bhref=["'](?:https?:)?//|url\(["']?(?:https?:)?//"""
+    )
+    found = [
+        f"{path.relative_to(site)}: {match.group(0)}"
+        for path in [*site.rglob("*.html"), *site.rglob("*.css")]
+        for match in external.finditer(path.read_text(encoding="utf-8", errors="replace"))
+    ]
+    assert found == []
+    page = (site / "ko" / "tutorials" / "01-attention-by-hand" / "index.html").read_text("utf-8")
+    assert 'class="arithmatex"' in page and "javascripts/katex/katex.min.js" in page
+    assert (site / "javascripts" / "katex" / "fonts" / "KaTeX_Main-Regular.woff2").is_file()
