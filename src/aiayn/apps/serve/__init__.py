@@ -70,10 +70,12 @@ def listen(host: str, port: int) -> list[socket.socket]:
     except OSError as err:
         for sock in sockets:
             sock.close()
-        if err.errno == errno.EADDRINUSE:
-            fix = "choose another --port, or stop what holds it"
-        else:
-            fix = "give an address of this machine as --host"
+        fixes = {
+            errno.EADDRINUSE: "choose another --port, or stop what holds it",
+            errno.EACCES: "ports below 1024 need privileges: choose a --port of 1024 or more",
+            errno.EADDRNOTAVAIL: "give an address of this machine as --host",
+        }
+        fix = fixes.get(err.errno, "check --host and --port")
         raise ServerError(
             f"cannot listen on {host}:{port} ({err.strerror or err}); {fix}"
         ) from None

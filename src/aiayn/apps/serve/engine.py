@@ -163,9 +163,14 @@ class ContinuousEngine(TranslationEngine):
         self._blanks = itertools.count(1)  # blank sentences' handles: -1, -2, ...
         try:
             self._engine(default)
-        except (MemoryError, RuntimeError) as err:  # RuntimeError: "can't allocate memory"
+        except MemoryError as err:
             raise ValueError(
                 f"continuous={sentences}: {err}; decode fewer sentences at once"
+            ) from None
+        except RuntimeError as err:  # e.g. compiling the step failed
+            raise ValueError(
+                f"continuous={sentences}: the table of the default decoding could not be "
+                f"made ({type(err).__name__}: {err})"
             ) from None
 
     @property
@@ -187,8 +192,10 @@ class ContinuousEngine(TranslationEngine):
                 engine = Engine(
                     self.translator.engine, config, self.sentences, compile=self.compile
                 )
-            except RuntimeError as err:  # the allocator's "can't allocate memory"
-                raise MemoryError(f"{self._table(width)}: {err}") from None
+            except RuntimeError as err:  # the allocator's "can't allocate memory"?
+                if isinstance(err, torch.OutOfMemoryError) or "allocate" in str(err):
+                    raise MemoryError(f"{self._table(width)}: {err}") from None
+                raise
             self._engines[width] = engine
         self._engines.move_to_end(width)
         if engine.config != config:
