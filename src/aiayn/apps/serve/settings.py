@@ -45,9 +45,11 @@ class ServeConfig:
         continuous: with N > 0, sentences are decoded N at once by continuous batching
             (`aiayn.apps.serve.batcher.ContinuousBatcher`): each joins the table of
             slots at the next step and leaves it when done; `max_tokens`, `max_batch`
-            and `max_wait_ms` are then not used. 0: dynamic batching.
+            and `max_wait_ms` are then not used. 0: dynamic batching. One table per
+            beam width is kept, at most `max_beam` slots per sentence over all of them
+            (`aiayn.apps.serve.engine.ContinuousEngine`).
         compile: with `continuous`, compile the table's decoding step (once per
-            decoding configuration, when first asked for).
+            beam width, when first asked for).
     """
 
     queue_size: int = 256
