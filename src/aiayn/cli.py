@@ -1208,12 +1208,12 @@ def _one_stack_attention(
     import torch
 
     from aiayn.analysis.viz import plot_self_attention
-    from aiayn.models import shape_spec
+    from aiayn.apps import verb_of
 
     _check_device(device)
     if not sentence.strip():
         raise ValueError("cannot draw attention for an empty sentence")
-    verb = shape_spec(architecture).verb  # the shape's own command reads the sentence
+    verb = verb_of(architecture)  # the shape's own command reads the sentence
     if verb not in ("generate", "fill"):
         raise ValueError(f"{run} holds a {architecture} model, which no aiayn command runs")
     user = _load_lm(run, device, verb)
@@ -1375,7 +1375,7 @@ def prune(
     generate or fill). See `aiayn.analysis.pruning`.
     """
     from aiayn.analysis import pruning
-    from aiayn.models import shape_spec
+    from aiayn.apps import verb_of
 
     _warnings_to_stderr()
     try:
@@ -1398,7 +1398,7 @@ def prune(
         f"pruned {sum(map(len, done.removed.values()))} of {done.heads_before} heads ({by_kind}); "
         f"parameters {before:,} -> {after:,} ({after / before - 1:+.1%})"
     )
-    verb = shape_spec(done.architecture).verb  # the pruned shape's own command
+    verb = verb_of(done.architecture)  # the pruned shape's own command
     example = {"generate": ' "..."', "fill": ' "[MASK] ..."'}.get(verb, "")
     runs_it = f"run it with: aiayn {verb} {out}{example}" if verb else "no aiayn command runs it"
     typer.echo(f"wrote {out}; {runs_it}")

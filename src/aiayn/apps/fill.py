@@ -19,6 +19,7 @@ import torch
 from aiayn.apps.model_use import ENCODER_ONLY, ModelUser, check_shape, check_tokenizer_fits
 from aiayn.data.lm import CLS, MASK, SEP, symbol_ids
 from aiayn.data.tokenizer import Tokenizer
+from aiayn.models import add_to_shape
 
 
 class FillError(ValueError):
@@ -115,3 +116,7 @@ class MaskFiller(ModelUser):
             list(zip(row_tokens, row_probs, strict=True))
             for row_tokens, row_probs in zip(tokens.tolist(), probs.tolist(), strict=True)
         ]
+
+
+# the shape's user and verb, from the apps layer (aiayn.models.add_to_shape)
+add_to_shape("encoder_only", user=MaskFiller, verb="fill")

@@ -34,6 +34,7 @@ from aiayn.inference.decoding import start as start_decoding
 from aiayn.inference.frozen import freeze
 from aiayn.inference.search import Picker, TokenRules, greedy_pick, next_log_probs, sampling_picker
 from aiayn.inference.static_step import StaticDecoder
+from aiayn.models import add_to_shape
 
 log = logging.getLogger(__name__)
 
@@ -240,3 +241,7 @@ def _check_tokenizer(tokenizer: Tokenizer, cfg: ModelConfig) -> None:
             f"the tokenizer{source} ends text with id {tokenizer.eos_id} but the model "
             f"with {cfg.eos_id}"
         )
+
+
+# the shape's user and verb, from the apps layer (aiayn.models.add_to_shape)
+add_to_shape("decoder_only", user=Generator, verb="generate")

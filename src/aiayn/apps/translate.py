@@ -48,6 +48,7 @@ from aiayn.io.marian import (
     marian_generation,
     read_converted_generation,
 )
+from aiayn.models import add_to_shape
 from aiayn.models.encoder_decoder import Transformer
 
 log = logging.getLogger(__name__)
@@ -467,3 +468,7 @@ def _batches_by_tokens(
         batch.append(i)
     if batch:
         yield batch
+
+
+# the shape's user and verb, from the apps layer (aiayn.models.add_to_shape)
+add_to_shape("encoder_decoder", user=Translator, verb="translate")

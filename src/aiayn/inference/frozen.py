@@ -62,7 +62,7 @@ from aiayn.io.int8_weights import (
     int8_scales,
     weight_products,
 )
-from aiayn.models import spec_of
+from aiayn.models import add_to_shape, spec_of
 from aiayn.models.decoder_only import DecoderOnly
 from aiayn.models.encoder_decoder import Transformer
 from aiayn.nn.attention import MultiHeadAttention, merge_heads, split_heads
@@ -557,6 +557,10 @@ class FrozenDecoderOnly(DecoderOnly):
         raise TypeError("a frozen model has no parameters to initialise")
 
 
+add_to_shape("encoder_decoder", frozen=FrozenTransformer)
+add_to_shape("decoder_only", frozen=FrozenDecoderOnly)
+
+
 def _inference_copy(
     model: nn.Module,
     dtype: torch.dtype | None,
@@ -645,7 +649,7 @@ def freeze(
         RuntimeError: torch.int8 where PyTorch has no int8 CPU engine.
     """
     spec = spec_of(model)  # the model's own shape, never a parent class's
-    frozen_form = spec.resolve("frozen")
+    frozen_form = spec.frozen
     if frozen_form is None:
         raise TypeError(
             f"architecture {spec.name} ({type(model).__name__}) has no frozen form to freeze into"

@@ -4,13 +4,15 @@
     decoder_only      GPT (`aiayn.models.decoder_only`)
     encoder_only      BERT (`aiayn.models.encoder_only`)
 
-`build_model(cfg)` builds the registered shape; each shape's spec (its frozen form,
-user, CLI verb and default task) is in `SHAPES`; see `aiayn.models.registry`.
+`build_model(cfg)` builds the registered shape; each shape's spec (its default task,
+and the frozen form, user and CLI verb that the layers above add with `add_to_shape`)
+is in `SHAPES`; see `aiayn.models.registry`.
 """
 
 from aiayn.models.registry import (
     SHAPES,
     ShapeSpec,
+    add_to_shape,
     build_model,
     register_model,
     register_shape,
@@ -22,6 +24,7 @@ from aiayn.models.registry import (
 __all__ = [
     "SHAPES",
     "ShapeSpec",
+    "add_to_shape",
     "build_model",
     "register_model",
     "register_shape",

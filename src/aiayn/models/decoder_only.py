@@ -39,13 +39,7 @@ from aiayn.models.encoder_decoder import (
 )
 
 
-@register_shape(
-    "decoder_only",
-    frozen="aiayn.inference.frozen:FrozenDecoderOnly",
-    user="aiayn.apps.generate:Generator",
-    verb="generate",
-    task="lm",
-)
+@register_shape("decoder_only", task="lm")
 class DecoderOnly(PreSoftmaxProjection):
     """A decoder-only language model (GPT).
 

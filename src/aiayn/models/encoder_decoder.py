@@ -354,13 +354,7 @@ class PreSoftmaxProjection(nn.Module):
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
 
-@register_shape(
-    "encoder_decoder",
-    frozen="aiayn.inference.frozen:FrozenTransformer",
-    user="aiayn.apps.translate:Translator",
-    verb="translate",
-    task="translation",
-)
+@register_shape("encoder_decoder", task="translation")
 class Transformer(PreSoftmaxProjection):
     """The encoder-decoder Transformer of "Attention Is All You Need".
 

@@ -50,12 +50,7 @@ class MaskedLanguageModelHead(nn.Module):
         return self.norm(self.activation(self.dense(hidden)))  # (B, T, D)
 
 
-@register_shape(
-    "encoder_only",
-    user="aiayn.apps.fill:MaskFiller",
-    verb="fill",
-    task="mlm",
-)
+@register_shape("encoder_only", task="mlm")
 class EncoderOnly(PreSoftmaxProjection):
     """A bidirectional encoder with a masked-language-model head (BERT).
 
