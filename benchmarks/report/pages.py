@@ -186,11 +186,8 @@ NOT_PROSE = re.compile(r"`[^`\n]*`|<!--.*?-->|\]\([^)]*\)", re.DOTALL)
 # rendered from a results file says whose run it is, just before its fence.
 TRANSCRIPT = re.compile(r"^```text\n(?:(?!^```).)*?^train: .*?^BLEU \d", re.DOTALL | re.MULTILINE)
 EXAMPLE = re.compile(r'<!-- example: commit [0-9a-f]{7,40}, "[^"]+", \d{4}-\d{2}-\d{2} -->\n\n?$')
-# Pages another helper owns whose transcripts are to get their marker there.
-TRANSCRIPTS_ELSEWHERE = (
-    "docs/tutorials/05-training-the-quickstart.md",
-    "docs/tutorials/05-training-the-quickstart.ko.md",
-)
+# Pages whose transcripts are exempt from the marker (none now).
+TRANSCRIPTS_ELSEWHERE: tuple[str, ...] = ()
 
 
 def unmarked_transcripts(name: str, text: str) -> list[str]:
