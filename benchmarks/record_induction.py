@@ -216,7 +216,49 @@ def record_run(
         record["checkpoints"] = points
         record["phase_change_step"] = phase_change(points)
         record["circuit"] = circuit(model, ids)
+        # as `aiayn induction RUN` scores it: bos, then every ordinary id of the vocabulary
+        cli_ids = test_ids(cfg, tokenizer, length, batch, seed, symbols=False)
+        record["aiayn_induction"] = {
+            "induction": _grid(induction_scores(model, cli_ids)),
+            "previous_token": _grid(previous_token_scores(model, cli_ids)),
+        }
     return record
+
+
+def goals(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Issue 50's goals, per seed: the phase change; a layer-1 head with prefix matching
+    and copying >= 0.5 and a layer-0 head with previous token >= 0.5 (scored as
+    `aiayn induction` does); ablating the named induction head raises the repeated half
+    by >= 1 nat per token and the first half by < 0.1."""
+    per_seed = []
+    for run in runs:
+        scored = run["aiayn_induction"]
+        best_copying_head = max(
+            (min(m, c), h)
+            for h, (m, c) in enumerate(zip(scored["induction"][1], run["copying"][1], strict=True))
+        )
+        ablation = run["circuit"]["ablations"][0]
+        per_seed.append(
+            {
+                "seed": run.get("seed"),
+                "phase_change_step": run["phase_change_step"],
+                "layer1_head_prefix_and_copying": round(best_copying_head[0], 4),
+                "layer0_previous_token": round(max(scored["previous_token"][0]), 4),
+                "ablation_repeated_rise": ablation["repeated_half_rise"],
+                "ablation_first_rise": ablation["first_half_rise"],
+            }
+        )
+    return {
+        "per_seed": per_seed,
+        "phase_change_every_seed": all(s["phase_change_step"] is not None for s in per_seed),
+        "heads_every_seed": all(
+            s["layer1_head_prefix_and_copying"] >= 0.5 and s["layer0_previous_token"] >= 0.5
+            for s in per_seed
+        ),
+        "ablation_every_seed": all(
+            s["ablation_repeated_rise"] >= 1.0 and s["ablation_first_rise"] < 0.1 for s in per_seed
+        ),
+    }
 
 
 def _label(run: dict[str, Any]) -> str:
@@ -306,6 +348,7 @@ def main() -> None:
             "args": {**vars(args), "runs": [str(r) for r in args.runs]},
             "note": args.note,
             "runs": runs,
+            **({"goals": goals(runs)} if args.checkpoints else {}),
         },
     )
     plot_curves(runs, path.with_suffix(".png"), args.title)

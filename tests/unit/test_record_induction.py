@@ -43,3 +43,39 @@ def test_top_heads_ranks_the_grid_and_skips_missing_heads():
         {"layer": 1, "head": 2, "score": 0.95},
         {"layer": 0, "head": 1, "score": 0.9},
     ]
+
+
+def test_the_phase_change_is_the_first_checkpoint_a_nat_below_the_first_half():
+    from benchmarks.record_induction import phase_change
+
+    points = [
+        {"step": 100, "first_half": 4.1, "repeated_half": 4.0},
+        {"step": 200, "first_half": 4.1, "repeated_half": 3.2},  # 0.9 below: not yet
+        {"step": 300, "first_half": 4.2, "repeated_half": 3.2},  # exactly 1 nat
+        {"step": 400, "first_half": 4.2, "repeated_half": 0.5},
+    ]
+    assert phase_change(points) == 300
+    assert phase_change(points[:2]) is None
+
+
+def test_goals_judge_every_seed_by_the_issue_s_thresholds():
+    from benchmarks.record_induction import goals
+
+    def run(seed, prefix, copying, previous, rise, first_rise, phase=500):
+        return {
+            "seed": seed,
+            "phase_change_step": phase,
+            "copying": [[0.0, 0.0], [copying, -1.0]],
+            "aiayn_induction": {"induction": [[0.0, 0.0], [prefix, 0.9]],
+                                "previous_token": [[previous, 0.1], [0.0, 0.0]]},
+            "circuit": {"ablations": [{"repeated_half_rise": rise, "first_half_rise": first_rise}]},
+        }  # fmt: skip
+
+    good = goals([run(0, 0.8, 0.7, 0.9, 2.5, 0.02), run(1, 0.6, 0.5, 0.5, 1.0, 0.09)])
+    assert good["phase_change_every_seed"] and good["heads_every_seed"]
+    assert good["ablation_every_seed"]
+    # head 1 of layer 1 matches prefixes (0.9) but does not copy (-1): head 0 is the one
+    assert good["per_seed"][0]["layer1_head_prefix_and_copying"] == 0.7
+    bad = goals([run(0, 0.8, 0.4, 0.9, 2.5, 0.02), run(1, 0.8, 0.7, 0.9, 0.9, 0.1, None)])
+    assert not bad["heads_every_seed"]  # copying 0.4 < 0.5
+    assert not bad["ablation_every_seed"] and not bad["phase_change_every_seed"]
