@@ -92,3 +92,14 @@ def test_a_part_named_by_a_string_is_refused():
         assert shape_spec("test_strings").frozen is None
     finally:
         SHAPES.unregister("test_strings")
+
+
+def test_every_shape_takes_its_pieces_from_the_stacks_not_from_the_papers_model():
+    from aiayn.models import encoder_decoder, stacks
+
+    for path in sorted(MODELS.glob("*.py")):
+        if path.name != "encoder_decoder.py":
+            assert "aiayn.models.encoder_decoder" not in names_in_code(path), path.name
+    for name in ("Embedding", "Encoder", "Decoder", "PreSoftmaxProjection", "EncoderOutput"):
+        assert getattr(encoder_decoder, name) is getattr(stacks, name)  # the old path works
+        assert getattr(stacks, name).__module__ == "aiayn.models.stacks"

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from aiayn.config import ModelConfig
 from aiayn.models import register_shape
-from aiayn.models.encoder_decoder import (
+from aiayn.models.stacks import (
     AttentionMaps,
     Encoder,
     PreSoftmaxProjection,

@@ -27,7 +27,7 @@ from torch import Tensor
 from aiayn.config import ModelConfig
 from aiayn.models import register_shape
 from aiayn.models.decoder_only import DecoderOnly
-from aiayn.models.encoder_decoder import AttentionMaps, DecoderCache, check_ids
+from aiayn.models.stacks import AttentionMaps, DecoderCache, check_ids
 from aiayn.nn.kernels import kernel_class
 from aiayn.nn.masks import prefix_mask
 
