@@ -11,6 +11,8 @@ after the last build:
 - `ko/search/search_index.json`: the Korean site's pages, their `ko/` prefix dropped (a
   page without a Korean version is there too, as the English page `ko/` serves).
 
+In both, the tutorials' entries are boosted (`TUTORIAL_BOOST`).
+
 Material finds its index at `<base>/search/search_index.json`, `base` taken from the
 page's `__config`; a Korean page's `base` is moved down into `ko/`, so its search box
 loads the Korean index and its results link into `ko/`.
@@ -33,6 +35,9 @@ FALLBACK_NOTICE = (
     "    아직 한국어로 옮기지 않은 페이지라 영어 원문을 보여 드립니다. 메뉴와 다른\n"
     "    페이지는 한국어로 이어집니다. 용어는 [용어집]({glossary})을 보세요.\n\n"
 )
+# The tutorials are a learner's path: a word they use finds them before the reference
+# (Material's per-page `search: boost`, set here for every tutorial).
+TUTORIAL_BOOST = 2.0
 CONFIG = re.compile(r'(<script id="__config" type="application/json">)(.*?)(</script>)', re.S)
 
 
@@ -122,6 +127,10 @@ def on_post_build(config):
     if not _DOCS:
         return
     search_config = json.loads(written.read_text(encoding="utf-8"))["config"]
+    for docs in _DOCS.values():
+        for entry in docs:
+            if entry["location"].startswith("tutorials/"):
+                entry.setdefault("boost", TUTORIAL_BOOST)
     for folder, docs in ((site, _DOCS["en"]), (site / KOREAN, _DOCS[KOREAN])):
         path = folder / "search" / "search_index.json"
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,7 @@
 """The built docs site in a real browser (headless Chromium, as the explorer's test
-drives it): the home page, a tutorial page and the language switch.
+drives it): the home page, a tutorial page and the language switch, the maths KaTeX
+renders from the site's own files (and nothing loaded from another host), the Korean
+search, and a tutorial downloaded as a notebook.
 
 The site is built with `mkdocs build --strict` (tests/docs/test_docs_site.py's
 fixture) and served over HTTP from a thread. The screenshots go to pytest's temporary
@@ -11,7 +13,9 @@ directory, or to the directory AIAYN_DOCS_SCREENSHOTS names; the committed
 
 The tutorial screenshots are of tutorial 2, in English and in Korean
 (`docs/assets/site-tutorial-ko.png`: Hangul needs a font, Debian's `fonts-nanum`,
-which `make browser` installs with Chromium).
+which `make browser` installs with Chromium); `site-tutorial1-ko-maths.png` shows
+tutorial 1's equation 1 rendered, `site-search-ko.png` the Korean site's search for
+"어텐션", `site-notebook-download.png` the notebook link of tutorial 1.
 """
 
 from __future__ import annotations
@@ -163,3 +167,31 @@ def test_the_korean_search_finds_the_korean_tutorials_first(
     titles = browser.find_element(By.CSS_SELECTOR, ".md-search-result__list").text
     assert "스케일드 닷-프로덕트 어텐션" in titles
     browser.save_screenshot(str(screenshots / "site-search-ko.png"))
+
+
+def test_a_tutorial_downloads_as_a_notebook_that_holds_its_code(
+    browser,  # noqa: F811
+    served,
+    screenshots,
+    tmp_path,
+):
+    import nbformat
+
+    browser.execute_cdp_cmd(
+        "Page.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(tmp_path)}
+    )
+    open_page(browser, served + "ko/tutorials/01-attention-by-hand/")
+    link = browser.find_element(By.CSS_SELECTOR, "article a.notebook-download")
+    assert "노트북으로 내려받기" in link.text
+    browser.execute_script(
+        "arguments[0].style.outline = '3px solid #e91e63'; window.scrollTo(0, 0)", link
+    )
+    browser.save_screenshot(str(screenshots / "site-notebook-download.png"))
+    link.click()
+    path = tmp_path / "01-attention-by-hand.ipynb"
+    WebDriverWait(browser, WAIT_S).until(lambda d: path.is_file() and path.stat().st_size > 0)
+    notebook = nbformat.read(path, as_version=4)
+    nbformat.validate(notebook)
+    code = [cell.source for cell in notebook.cells if cell.cell_type == "code"]
+    assert code and code[0].startswith("import math")
+    assert any("어텐션" in cell.source for cell in notebook.cells if cell.cell_type == "markdown")
