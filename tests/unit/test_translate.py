@@ -154,6 +154,21 @@ def test_cli_dtype_takes_torchs_names(run: Path) -> None:
     assert auto.exit_code == 2 and "float32, bfloat16, float16" in auto.output
 
 
+def test_cli_fp32_translations_do_not_depend_on_the_batch(run: Path, tmp_path: Path) -> None:
+    """In fp32 a sentence's translation is the same whatever it is batched with (bf16's
+    is not always: docs/reference/cli.md gives the rate, benchmarks/bench_bf16_batching.py)."""
+    source = tmp_path / "source.txt"
+    source.write_text("\n".join(sentences(40, seed=5)) + "\n", encoding="utf-8")
+    outputs = []
+    for way in (["--max-tokens", "4096"], ["--max-tokens", "60"], ["--continuous", "16"]):
+        args = ["translate", str(run), "-i", str(source), "--extra-len", "6", *way]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+        outputs.append(result.stdout.splitlines())
+    assert len(outputs[0]) == 40 and len(set(outputs[0])) > 10  # not one output for all
+    assert outputs[1] == outputs[0] and outputs[2] == outputs[0]
+
+
 class _RecordingDecoding:
     """A `Decoding` that keeps, for every prefix it was asked to extend, the logits it returned."""
 
