@@ -130,7 +130,8 @@ class Generator(ModelUser):
                 then ignored); the same as `aiayn.inference.search.greedy_search`.
 
         Raises (at once, before the first piece):
-            PromptError: an empty prompt, or one longer than max_len.
+            PromptError: an empty prompt, or one longer than max_len (than max_len - 1
+                on the static step).
             ValueError: a sampling option or max_new_tokens out of range.
         """
         prompt_ids = self.encode_prompt(prompt)
