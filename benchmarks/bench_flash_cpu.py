@@ -185,7 +185,15 @@ def main() -> None:
     finally:
         for w in workers.values():
             w.close()
+    lengths_said = ", ".join(str(n) for n in lengths)
+    measures = {
+        "system": "SDPA's flash and math backends against the explicit softmax(QK^T)V",
+        "cell": f"batch 1, {args.heads} heads of {args.head_size}, float32, N {lengths_said}, "
+        f"{args.threads} thread(s), {common.machine()}",
+        "harness": "bench_flash_cpu",
+    }
     payload = {
+        "measures": [measures],
         "args": {
             "lengths": lengths,
             "heads": args.heads,
