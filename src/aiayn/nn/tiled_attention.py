@@ -9,14 +9,14 @@ not registered with `aiayn.nn.kernels`. What it shows is what a fused kernel doe
 - `tiled_attention_forward`: Algorithm 1. Blocks of K, V (outer loop) and Q (inner
   loop) are loaded into fast on-chip memory (SRAM) and the softmax is computed online
   (a running max m and sum l per row), so no N x N matrix is ever stored; O, l and m
-  are read and written once per key block, Theta(N^2 d^2 / M) bytes for an SRAM of M
-  elements. It also returns the logsumexp L = m + log l of each row.
+  are read and written once per key block: Theta(N^2 d^2 / M) bytes for an SRAM of M
+  elements, with the paper's block sizes (`block_sizes`). It also returns the logsumexp L = m + log l of each row.
 - `tiled_attention_backward`: the gradients by recomputation (the paper's Algorithm 4,
   in FlashAttention-2's form: from L rather than l and m): each block of P is rebuilt
   from Q, K and the saved L instead of being kept from the forward.
 - `tiled_attention`: the two as one differentiable function.
 
-Each function takes a `Traffic`, which counts the bytes the algorithm reads from and
+Each of them but `tiled_attention` takes a `Traffic`, which counts the bytes the algorithm reads from and
 writes to HBM as it moves them (the tensors passed in and returned live in HBM; a slice
 loaded into a local variable is on chip). Work done on chip is free in this count.
 
