@@ -42,6 +42,16 @@ def test_metrics_log_appends_json_lines_and_writes_nothing_when_disabled(tmp_pat
     assert all(isinstance(line["time"], float) for line in lines)
 
 
+def test_a_non_finite_loss_is_written_as_null_not_as_bare_nan(tmp_path):
+    """metrics.jsonl stays JSON (issue 42): Python's json would write NaN and Infinity."""
+    with MetricsLog(tmp_path, 0) as metrics:
+        metrics.write("train", 1, {"loss": math.nan, "ppl": math.inf, "lr": 1e-3})
+    text = (tmp_path / METRICS_FILE).read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    line = json.loads(text, parse_constant=lambda name: pytest.fail(f"bare {name}"))
+    assert (line["loss"], line["ppl"], line["lr"]) == (None, None, 1e-3)
+
+
 def test_log_lines_and_durations():
     train = {"loss": 2.34567, "lr": 0.000123456, "tgt_tokens_per_s": 1234.5, "epoch": 1.234}
     assert train_line(7, train) == "update 7: loss 2.3457, lr 0.000123, 1234 tgt tok/s, epoch 1.23"

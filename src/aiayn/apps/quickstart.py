@@ -47,7 +47,7 @@ from aiayn.data.corpus import CORPUS_FILE, PreparedCorpus
 from aiayn.data.prepare import BIBLE_VOCAB_SIZE, PrepareConfig, prepare_bible
 from aiayn.data.tokenizer import TOKENIZER_FILE
 from aiayn.devices import cpu_model, machine, usable_device
-from aiayn.files import write_atomic
+from aiayn.files import strict_json, write_atomic
 from aiayn.io.checkpoint import (
     BEST_DIR,
     WEIGHTS_FILE,
@@ -161,7 +161,7 @@ def prepared_bible(directory: Path, vocab_size: int, echo: Callable[[str], None]
             return corpus
         echo(f"corpus: {directory} has another vocabulary size; preparing it again")
     echo("corpus: preparing the Bible, English (World English Bible) -> Spanish (RV 1909) ...")
-    corpus = prepare_bible(directory, config=PrepareConfig(vocab_size=vocab_size))
+    corpus = prepare_bible(directory, config=PrepareConfig(vocab_size=vocab_size), force=True)
     splits = corpus.stats["splits"]
     echo(
         "corpus: "
@@ -335,7 +335,7 @@ def run_quickstart(
         "date": time.strftime("%Y-%m-%d"),
     }
     results_path = out / RESULTS_FILE
-    write_atomic(results_path, json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+    write_atomic(results_path, strict_json(results, ensure_ascii=False))
 
     run_dir = trained.run_dir
     echo("Where everything is:")

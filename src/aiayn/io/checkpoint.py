@@ -25,7 +25,7 @@ from torch import nn
 
 from aiayn.config import ModelConfig
 from aiayn.data.tokenizer import TOKENIZER_FILE as TOKENIZER_FILE  # RUN/spm.model, below
-from aiayn.files import write_dir_atomic, write_file_atomic
+from aiayn.files import strict_json, write_dir_atomic, write_file_atomic
 from aiayn.io.int8_weights import dequantize_weight, int8_weight_names, quantize_weight
 from aiayn.models import build_model
 from aiayn.models.encoder_decoder import Transformer
@@ -414,7 +414,7 @@ def save_best(run_dir: str | Path, model: Transformer, info: dict[str, Any]) -> 
 
     def write(tmp: Path) -> None:
         _save_weights(model, str(tmp / WEIGHTS_FILE), metadata=_metadata(model))
-        (tmp / "info.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        (tmp / "info.json").write_text(strict_json(info), encoding="utf-8")
 
     return write_dir_atomic(target, write)
 
@@ -529,7 +529,7 @@ def average_last(run_dir: str | Path, k: int) -> Path:
 
     def fill(tmp: Path) -> None:
         save_file(averaged, str(tmp / WEIGHTS_FILE), metadata=metadata)
-        (tmp / AVERAGED_FILE).write_text(json.dumps(record) + "\n", encoding="utf-8")
+        (tmp / AVERAGED_FILE).write_text(strict_json(record, indent=None), encoding="utf-8")
 
     write_dir_atomic(target, fill)
     return target / WEIGHTS_FILE

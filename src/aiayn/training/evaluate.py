@@ -11,7 +11,6 @@ sacreBLEU's 13a tokenizer.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -22,7 +21,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
-from aiayn.files import lines_text, write_atomic
+from aiayn.files import lines_text, strict_json, write_atomic
 
 _COMPOUND = re.compile(r"(\S)-(\S)")
 TOKENIZED_BLEU_LABEL = (
@@ -210,4 +209,4 @@ def write_report(scores: Scores, hypotheses: Sequence[str], out_dir: str | Path)
     """Write `hypotheses.txt` (one per line) and `scores.json` to `out_dir`; return the JSON path."""
     out_dir = Path(out_dir)
     write_atomic(out_dir / "hypotheses.txt", lines_text(hypotheses))
-    return write_atomic(out_dir / "scores.json", json.dumps(scores.to_dict(), indent=2) + "\n")
+    return write_atomic(out_dir / "scores.json", strict_json(scores.to_dict()))

@@ -21,6 +21,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from aiayn.files import strict_json
+
 log = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
@@ -108,9 +110,8 @@ class MetricsLog:
         """One metrics.jsonl line, and one TensorBoard scalar per value."""
         if self.file is None:
             return
-        self.file.write(
-            json.dumps({"kind": kind, "step": step, "time": time.time(), **values}) + "\n"
-        )
+        record = {"kind": kind, "step": step, "time": time.time(), **values}
+        self.file.write(strict_json(record, indent=None))  # a NaN loss as null
         self.file.flush()
         if self.board is not None:
             for name, value in values.items():
