@@ -440,13 +440,18 @@ def prepare_lm_repeated_command(
     max_length: int = typer.Option(48, help="Most symbols in a line's first half."),
     lines: int = typer.Option(40_000, help="Training lines (valid and test get 200 each)."),
     seed: int = typer.Option(0, help="Seed of the symbols drawn."),
+    line_length: int | None = typer.Option(
+        None, help="Every line this many symbols, random filler around the pair."
+    ),
 ):
     """Repeated random symbols, each line a random half then its copy, for induction
     heads (aiayn.data.repeated); one id per symbol."""
     from aiayn.data.repeated import RepeatedConfig, prepare_lm_repeated
 
     def build():
-        config = RepeatedConfig(symbols, min_length, max_length, (lines, 200, 200), seed)
+        config = RepeatedConfig(
+            symbols, min_length, max_length, (lines, 200, 200), seed, line_length
+        )
         return prepare_lm_repeated(out, config)
 
     _run_prepare_lm(build, out)

@@ -67,3 +67,19 @@ def test_prepare_lm_repeated_from_the_command_line(tmp_path):
     )
     assert bad.exit_code == 1
     assert "n_symbols must lie in [2, 62]" in bad.output
+
+
+def test_lines_of_a_fixed_length_hold_the_pair_inside_random_filler():
+    cfg = RepeatedConfig(n_symbols=10, min_length=3, max_length=9, lines=(200, 1, 1), seed=1,
+                         line_length=14)  # fmt: skip
+    lengths = set()
+    for line in draw_lines(cfg)["train"]:
+        assert len(line) == 14
+        # some T in [3, 7] (7 = 14 // 2) and some offset make line[o:o+T] == line[o+T:o+2T]
+        found = {t for t in range(3, 8) for o in range(15 - 2 * t)
+                 if line[o : o + t] == line[o + t : o + 2 * t]}  # fmt: skip
+        assert found
+        lengths.add(max(found))
+    assert max(lengths) == 7 and min(lengths) <= 4  # T is drawn, capped at line_length // 2
+    with pytest.raises(ValueError, match="line_length"):
+        RepeatedConfig(min_length=8, line_length=15)

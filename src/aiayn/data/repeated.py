@@ -11,6 +11,15 @@ an induction head (Olsson et al. 2022, "In-context Learning and Induction Heads"
 whose small models are trained on such sequences). T varies from line to line, so
 no fixed offset ("attend T - 1 back") solves the task: the model has to match content.
 
+With `line_length` set, every line holds exactly that many symbols: random filler
+before and after the repeated pair, which starts at a random offset,
+
+    Xa9q7Rk2Wq7Rk2WcB3    (line_length 18: filler "Xa9", T = 6, filler "cB3")
+
+so that a recipe whose blocks are as long as a line with its marker and eos
+(`max_len = line_length + 2`) gets one line per block: packing puts no unrelated
+line before it, whose symbols an induction head would match too.
+
 `prepare_lm_repeated` writes the lines as a monolingual corpus
 (`aiayn.data.lm.prepare_monolingual`, language code "rnd") with a character-level
 subword model: every symbol is one id, and sentencepiece puts its word marker "▁" in
@@ -49,6 +58,9 @@ class RepeatedConfig:
             [min_length, max_length] for each line.
         lines: documents per split ("train", "valid", "test").
         seed: the random seed; the same settings give the same lines.
+        line_length: every line this many symbols, random filler around the repeated
+            pair (None: a line is the pair alone); at least 2 * min_length. T is then
+            drawn from [min_length, min(max_length, line_length // 2)].
 
     Raises:
         ValueError: a setting out of range, naming it.
@@ -59,6 +71,7 @@ class RepeatedConfig:
     max_length: int = 48
     lines: tuple[int, int, int] = (40_000, 200, 200)
     seed: int = 0
+    line_length: int | None = None
 
     def __post_init__(self) -> None:
         if not 2 <= self.n_symbols <= len(ALPHABET):
@@ -69,6 +82,11 @@ class RepeatedConfig:
             raise ValueError(
                 "RepeatedConfig needs 1 <= min_length <= max_length, got "
                 f"{self.min_length} and {self.max_length}"
+            )
+        if self.line_length is not None and self.line_length < 2 * self.min_length:
+            raise ValueError(
+                f"RepeatedConfig.line_length must be at least 2 * min_length = "
+                f"{2 * self.min_length}, got {self.line_length}"
             )
         if len(self.lines) != len(SPLITS) or self.lines[0] < 1 or min(self.lines) < 0:
             raise ValueError(
@@ -82,10 +100,17 @@ class RepeatedConfig:
 
 
 def draw_line(rng: random.Random, cfg: RepeatedConfig) -> str:
-    """One document: T random symbols, then the same T again."""
-    length = rng.randint(cfg.min_length, cfg.max_length)
+    """One document: T random symbols, then the same T again (with `cfg.line_length`,
+    inside random filler up to that length)."""
+    if cfg.line_length is None:
+        length = rng.randint(cfg.min_length, cfg.max_length)
+        half = "".join(rng.choices(cfg.alphabet, k=length))
+        return half + half
+    length = rng.randint(cfg.min_length, min(cfg.max_length, cfg.line_length // 2))
     half = "".join(rng.choices(cfg.alphabet, k=length))
-    return half + half
+    before = rng.randint(0, cfg.line_length - 2 * length)
+    filler = "".join(rng.choices(cfg.alphabet, k=cfg.line_length - 2 * length))
+    return filler[:before] + half + half + filler[before:]
 
 
 def draw_lines(cfg: RepeatedConfig) -> dict[str, list[str]]:
