@@ -1,0 +1,513 @@
+"""Where each attention kernel breaks: multi-query associative recall (MQAR) accuracy
+against the number of key-value pairs and the sequence length (issue 46).
+
+    nice -n 19 python -m benchmarks.bench_recall                 # the CPU grid (minutes)
+    python -m benchmarks.bench_recall --grid gpu --device cuda   # a larger grid, on a lease
+
+MQAR as Zoology draws it (Arora et al. 2023; `aiayn.data.recall`): N key-value pairs,
+then each key again at a power-law distance, the model to answer its value there. Every
+kernel trains the same small model from the same seeds for the same number of updates,
+fixed in `GRIDS` before any run; only `ModelConfig.attention` and its options differ:
+
+    sdpa             full softmax attention
+    window-W         sliding window of W positions a side (no global tokens), one window
+                     below the pairs' span and one above it
+    bigbird          block-sparse: a global block, a sliding block each side, random blocks
+    linear           elu + 1 features: a state of Dk x Dv per head whatever the length
+    performer-M      FAVOR+ with M random features (no redrawing)
+
+The model: aiayn's decoder-only shape (causal, Zoology's setting) for every causal kernel;
+BigBird has no causal form, so a grid that names it runs every kernel on the
+encoder-only shape (bidirectional) instead, and the file says which (`shape`). MQAR is
+fair to both: no value follows a query, so a bidirectional model cannot read the answer.
+Two attention-only layers (Zoology's: no feed-forward sub-layer), pre-norm, rotary
+positions, no dropout; AdamW, linear warm-up over a tenth of the updates then linear
+decay to zero. A run's score is its accuracy over every query of `EVAL_SEQUENCES`
+held-out sequences (drawn from a seed no training batch uses), after its last update.
+
+Results: benchmarks/results/recall-mqar.json (`--results`): every run (kernel, length,
+pairs, width, seed, accuracy, final training loss, seconds), and per cell the mean and
+the spread over seeds; the provenance of `benchmarks.common` (machine, CPU flags, load
+average, commit, command). The runs go `--jobs` at a time, one thread each; a results
+file is written after every finished cell, so an interrupted sweep keeps what it ran.
+
+Departures from Zoology (who train 64 epochs of 100,000 sequences at V = 8,192 and pick
+the best of four learning rates): the CPU grid's vocabulary is their first release's
+V = 64 (128 from length 128 on, so that N <= V/2 - 1 keys exist), one learning rate, and
+a budget of a few hundred updates; rotary positions rather than learned ones (they learn
+the previous-token step of the recall circuit in far fewer updates here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks import common
+
+log = logging.getLogger("bench_recall")
+
+EVAL_SEQUENCES = 500
+EVAL_SEED = 10**6  # held-out sequences: training batches use seeds below it
+
+
+@dataclass(frozen=True)
+class Grid:
+    """One sweep, fixed before its runs.
+
+    Attributes:
+        cells: (sequence length L, pairs N) to run.
+        widths: model widths d_model.
+        kernels: the kernel variants (`kernel_settings` names).
+        seeds: the seeds of each cell.
+        steps: updates per run (the equal budget).
+        batch: sequences per update.
+        lr: AdamW's peak learning rate.
+        heads: attention heads.
+        windows: the sliding window's two sizes (positions a side).
+        features: Performer's two feature counts.
+        block_size: BigBird's block size.
+    """
+
+    cells: tuple[tuple[int, int], ...]
+    widths: tuple[int, ...]
+    kernels: tuple[str, ...]
+    seeds: tuple[int, ...] = (0, 1, 2)
+    steps: int = 400
+    batch: int = 64
+    lr: float = 3e-3
+    heads: int = 2
+    windows: tuple[int, int] = (8, 64)
+    features: tuple[int, int] = (16, 128)
+    block_size: int = 8
+
+    @property
+    def shape(self) -> str:
+        """decoder_only, or encoder_only where a kernel has no causal form (BigBird)."""
+        return "encoder_only" if "bigbird" in self.kernels else "decoder_only"
+
+
+def kernel_variants(grid: Grid) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Each variant's name: (kernel, its options)."""
+    small, large = grid.windows
+    few, many = grid.features
+    return {
+        "sdpa": ("sdpa", {}),
+        f"window-{small}": ("sliding_window", {"window": small, "global_tokens": 0}),
+        f"window-{large}": ("sliding_window", {"window": large, "global_tokens": 0}),
+        "bigbird": ("bigbird", {"block_size": grid.block_size, "num_random_blocks": 1}),
+        "linear": ("linear", {}),
+        f"performer-{few}": ("performer", {"num_features": few, "redraw_interval": None}),
+        f"performer-{many}": ("performer", {"num_features": many, "redraw_interval": None}),
+    }
+
+
+def default_kernels(windows: tuple[int, int], features: tuple[int, int]) -> tuple[str, ...]:
+    return (
+        "sdpa",
+        f"window-{windows[0]}",
+        f"window-{windows[1]}",
+        "bigbird",
+        "linear",
+        f"performer-{features[0]}",
+        f"performer-{features[1]}",
+    )
+
+
+GRIDS = {
+    # 2 cores at nice 19: lengths 64 and 128, pairs well inside and at the edge of the
+    # state of a width-32 linear model, 3 seeds.
+    "cpu": Grid(
+        cells=((64, 4), (64, 16), (128, 8), (128, 32)),
+        widths=(32,),
+        kernels=default_kernels((8, 64), (16, 128)),
+    ),
+    # a quick look at one cell, for trying settings
+    "smoke": Grid(cells=((64, 8),), widths=(32,), kernels=("sdpa", "linear"), seeds=(0,), steps=50),
+    # the set-weight circuit (`--mode circuit`): no training, so Zoology's lengths fit
+    "circuit": Grid(
+        cells=((64, 4), (64, 16), (128, 8), (128, 32), (256, 16), (256, 64)),
+        widths=(16, 64),
+        kernels=default_kernels((8, 64), (16, 128)),
+        steps=0,
+    ),
+    # Zoology's Figure 2 lengths, on a GPU lease
+    "gpu": Grid(
+        cells=((64, 4), (64, 16), (128, 8), (128, 32), (256, 16), (256, 64), (512, 64)),
+        widths=(32, 64, 128),
+        kernels=default_kernels((16, 256), (32, 256)),
+        steps=3000,
+        batch=128,
+    ),
+}
+
+
+def vocabulary(length: int) -> int:
+    """The MQAR vocabulary V for a length: Zoology's first release's 64 up to length 64,
+    else the smallest power of two above the length (room for N <= L/4 keys)."""
+    return 64 if length <= 64 else 2 ** math.ceil(math.log2(length + 1))
+
+
+def run_one(job: dict[str, Any]) -> dict[str, Any]:
+    """Train one (variant, L, N, width, seed) and score it: the worker's whole job."""
+    import torch
+
+    from aiayn import ModelConfig
+    from aiayn.data.recall import IGNORE, MQARConfig, mqar
+    from aiayn.models import build_model
+
+    torch.set_num_threads(1)
+    grid = Grid(**{**job["grid"], "cells": (), "widths": (), "kernels": ()})
+    kernel, options = job["kernel"], job["options"]
+    length, pairs, width, seed = job["length"], job["pairs"], job["width"], job["seed"]
+    vocab = vocabulary(length)
+    task = MQARConfig(vocab_size=vocab, seq_len=length, num_pairs=pairs)
+    torch.manual_seed(seed)
+    cfg = ModelConfig(
+        vocab_size=vocab + 1,  # the last id pads (never drawn): aiayn's default pad 0 is
+        pad_id=vocab,  # MQAR's filler
+        bos_id=vocab - 1,
+        eos_id=vocab - 2,
+        d_model=width,
+        n_heads=grid.heads,
+        d_ff=0,
+        n_layers=2,
+        dropout=0.0,
+        positional="rotary",
+        max_len=length,
+        norm_first=True,
+        attention=kernel,
+        attention_options=options,
+        architecture=job["shape"],
+    )
+    model = build_model(cfg)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=grid.lr, betas=(0.9, 0.98))
+    warmup = max(1, grid.steps // 10)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda step: min((step + 1) / warmup, (grid.steps - step) / (grid.steps - warmup)),
+    )
+    started = time.perf_counter()
+    model.train()
+    for step in range(grid.steps):
+        inputs, targets = mqar(grid.batch, task, seed=seed * grid.steps + step)
+        logits = model(inputs)  # (B, L, V + 1)
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+    model.eval()
+    inputs, targets = mqar(EVAL_SEQUENCES, task, seed=EVAL_SEED + seed)
+    with torch.no_grad():
+        guesses = model(inputs).argmax(-1)
+    asked = targets != IGNORE
+    accuracy = (guesses[asked] == targets[asked]).double().mean().item()
+    return {
+        "variant": job["variant"],
+        "kernel": kernel,
+        "options": options,
+        "length": length,
+        "pairs": pairs,
+        "width": width,
+        "seed": seed,
+        "vocab": vocab,
+        "accuracy": round(100 * accuracy, 2),
+        "final_loss": round(loss.item(), 4),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+
+
+SCALES = (1.0, 3.0, 10.0, 30.0, 100.0)  # the circuit's score scales; each kernel keeps its best
+
+
+def recall_circuit(
+    kernel: Any, inputs: Any, vocab: int, width: int, scale: float, seed: int
+) -> Any:
+    """The recall step of the MQAR circuit with set weights, through one kernel: each
+    token t has a random unit code c_t of `width` dimensions (its embedding); the query
+    at i is scale * c(token_i), the key at j is c(token_{j-1}) (the previous-token step,
+    given exactly: the first layer of `tests/unit/data/test_recall.py`'s circuit), the
+    value at j is c(token_j) (0 for the filler): every vector has `width` dimensions, so
+    a fixed-state kernel keeps a width x width state. Bidirectional: the filler after a
+    query also has the key as its previous token, and adds nothing. The answer is read
+    as the value whose code is closest to the output.
+
+    Returns:
+        (B, L, V) scores; the answer at a query is their argmax.
+    """
+    import torch
+
+    from aiayn.data.recall import FILLER
+
+    generator = torch.Generator().manual_seed(seed)
+    codes = torch.randn(vocab, width, generator=generator)
+    codes = codes / codes.norm(dim=-1, keepdim=True)  # (V, D)
+    previous = torch.roll(inputs, 1, dims=1)
+    keys = codes[previous]  # (B, L, D)
+    keys[:, 0] = 0  # position 0 has no previous token
+    values = codes[inputs]  # (B, L, D)
+    values[inputs == FILLER] = 0
+    queries = scale * width**0.5 * codes[inputs]  # the kernel divides by sqrt(D)
+    out, _ = kernel(queries[:, None], keys[:, None], values[:, None])  # (B, 1, L, D)
+    return out[:, 0] @ codes.T  # (B, L, V): the output read against every token's code
+
+
+def run_circuit(job: dict[str, Any]) -> dict[str, Any]:
+    """One (variant, L, N, width, seed) of the circuit: the best scale's accuracy,
+    the scale chosen on a batch of its own (seed + 500), scored on `EVAL_SEQUENCES`."""
+    import torch
+
+    from aiayn import ModelConfig
+    from aiayn.data.recall import IGNORE, MQARConfig, mqar
+    from aiayn.nn.kernels import build_kernel
+
+    torch.set_num_threads(1)
+    length, pairs, width, seed = job["length"], job["pairs"], job["width"], job["seed"]
+    vocab = vocabulary(length)
+    task = MQARConfig(vocab_size=vocab, seq_len=length, num_pairs=pairs)
+    torch.manual_seed(seed)  # the kernels' own random draws (Performer, BigBird)
+    cfg = ModelConfig(
+        vocab_size=vocab, d_model=width, n_heads=1, max_len=length,
+        attention=job["kernel"], attention_options=job["options"],
+    )  # fmt: skip
+    kernel = build_kernel(cfg)
+    if isinstance(kernel, torch.nn.Module):
+        kernel.eval()
+
+    def accuracy(scale: float, data_seed: int, count: int) -> float:
+        inputs, targets = mqar(count, task, seed=data_seed)
+        with torch.no_grad():
+            scores = recall_circuit(kernel, inputs, vocab, width, scale, seed)
+        guesses = scores[..., vocab // 2 :].argmax(-1) + vocab // 2  # the answer is a value
+        asked = targets != IGNORE
+        return (guesses[asked] == targets[asked]).double().mean().item()
+
+    best = max(SCALES, key=lambda scale: accuracy(scale, EVAL_SEED + 500 + seed, 100))
+    return {
+        "variant": job["variant"],
+        "kernel": job["kernel"],
+        "options": job["options"],
+        "length": length,
+        "pairs": pairs,
+        "width": width,
+        "seed": seed,
+        "vocab": vocab,
+        "scale": best,
+        "accuracy": round(100 * accuracy(best, EVAL_SEED + seed, EVAL_SEQUENCES), 2),
+    }
+
+
+def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (variant, length, pairs, width): mean, min and max accuracy over the seeds."""
+    cells: dict[tuple, list[float]] = {}
+    for run in runs:
+        key = (run["variant"], run["length"], run["pairs"], run["width"])
+        cells.setdefault(key, []).append(run["accuracy"])
+    return [
+        {
+            "variant": variant,
+            "length": length,
+            "pairs": pairs,
+            "width": width,
+            "seeds": len(scores),
+            "mean": round(statistics.mean(scores), 2),
+            "min": min(scores),
+            "max": max(scores),
+        }
+        for (variant, length, pairs, width), scores in cells.items()
+    ]
+
+
+def gaps(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per cell (length, pairs, width): each variant's mean accuracy less sdpa's, and
+    whether it falls 20 points or more below sdpa beyond the seed spread (its best seed
+    below sdpa's worst)."""
+    sdpa = {(c["length"], c["pairs"], c["width"]): c for c in cells if c["variant"] == "sdpa"}
+    out = []
+    for cell in cells:
+        reference = sdpa.get((cell["length"], cell["pairs"], cell["width"]))
+        if reference is None or cell["variant"] == "sdpa":
+            continue
+        below = round(reference["mean"] - cell["mean"], 2)
+        out.append(
+            {
+                "variant": cell["variant"],
+                "length": cell["length"],
+                "pairs": cell["pairs"],
+                "width": cell["width"],
+                "below_sdpa": below,
+                "breaks": below >= 20 and cell["max"] < reference["min"],
+            }
+        )
+    return out
+
+
+def payload(mode: str, grid_name: str, grid: Grid, runs: list[dict[str, Any]], jobs: int) -> dict:
+    """The results file's record of a (possibly partial) sweep."""
+    cells = summarise(runs)
+    smallest = min(grid.widths)
+    sdpa_small = [c for c in cells if c["variant"] == "sdpa" and c["width"] == smallest]
+    below = gaps(cells)
+    broken = {g["variant"] for g in below if g["breaks"]}
+    lengths = sorted({length for length, _ in grid.cells})
+    return {
+        "measures": [
+            {
+                "system": f"{variant}: MQAR, "
+                + (
+                    "the set-weight recall circuit"
+                    if mode == "circuit"
+                    else "two attention-only layers"
+                ),
+                "cell": f"lengths {lengths}, widths {list(grid.widths)}, "
+                + (f"{grid.steps} updates, " if mode == "train" else "")
+                + common.machine(),
+                "harness": f"bench_recall --mode {mode} --grid {grid_name}, {jobs} runs at a time",
+            }
+            for variant in grid.kernels
+        ],
+        "mode": mode,
+        "grid_name": grid_name,
+        "grid": asdict(grid),
+        "shape": "one bidirectional attention layer, set weights"
+        if mode == "circuit"
+        else grid.shape,
+        "threads": 1,
+        "jobs": jobs,
+        "eval_sequences": EVAL_SEQUENCES,
+        "goals": {
+            "sdpa_at_least_99_at_smallest_width": bool(sdpa_small)
+            and all(c["mean"] >= 99 for c in sdpa_small),
+            "sdpa_smallest_width_means": {
+                f"L{c['length']}-N{c['pairs']}": c["mean"] for c in sdpa_small
+            },
+            "fall_20_below_sdpa": {
+                family: any(v.startswith(family) for v in broken)
+                for family in ("linear", "performer", "window", "bigbird")
+            },
+        },
+        "cells": cells,
+        "below_sdpa": below,
+        "runs": runs,
+    }
+
+
+def plot(record: dict[str, Any], out: Path) -> Path:
+    """Accuracy per cell, one panel per width, one line per kernel variant (the mean over
+    seeds, bars from the worst seed to the best), to `out` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = record["cells"]
+    widths = sorted({c["width"] for c in cells})
+    order = sorted({(c["length"], c["pairs"]) for c in cells})
+    variants = list(dict.fromkeys(c["variant"] for c in cells))
+    figure, axes = plt.subplots(1, len(widths), figsize=(5.5 * len(widths), 4), squeeze=False)
+    for axis, width in zip(axes[0], widths, strict=True):
+        for index, variant in enumerate(variants):
+            mine = {(c["length"], c["pairs"]): c for c in cells if c["variant"] == variant}
+            mine = {k: v for k, v in mine.items() if v["width"] == width}
+            xs = [i + (index - len(variants) / 2) * 0.04 for i, k in enumerate(order) if k in mine]
+            ys = [mine[k]["mean"] for k in order if k in mine]
+            low = [mine[k]["mean"] - mine[k]["min"] for k in order if k in mine]
+            high = [mine[k]["max"] - mine[k]["mean"] for k in order if k in mine]
+            axis.errorbar(xs, ys, yerr=[low, high], marker="o", ms=4, capsize=2, label=variant)
+        axis.set_xticks(range(len(order)), [f"L={length}\nN={n}" for length, n in order])
+        axis.set_ylim(-3, 103)
+        axis.set_ylabel("MQAR accuracy (%)")
+        axis.set_title(f"width {width}")
+        axis.grid(alpha=0.3)
+    axes[0][-1].legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    what = "set-weight recall circuit" if record.get("mode") == "circuit" else "trained models"
+    seeds = len(record["grid"]["seeds"])
+    figure.suptitle(f"MQAR by kernel ({what}; {seeds} seeds)")
+    figure.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=110)
+    plt.close(figure)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--mode",
+        choices=("train", "circuit"),
+        default="train",
+        help="train each kernel's model, or run the set-weight recall circuit through it",
+    )
+    parser.add_argument("--grid", choices=sorted(GRIDS), help="default: cpu, or circuit")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at a time")
+    parser.add_argument(
+        "--results", help="results file name (default: recall-mqar, or recall-mqar-circuit)"
+    )
+    parser.add_argument(
+        "--plot",
+        nargs="*",
+        metavar="PNG",
+        help="only draw the results file (to each PNG given, default RESULTS.png); no runs",
+    )
+    args = parser.parse_args(argv)
+    circuit = args.mode == "circuit"
+    args.grid = args.grid or ("circuit" if circuit else "cpu")
+    args.results = args.results or ("recall-mqar-circuit" if circuit else "recall-mqar")
+    if args.plot is not None:
+        record = json.loads((common.RESULTS / f"{args.results}.json").read_text())
+        for out in args.plot or [common.RESULTS / f"{args.results}.png"]:
+            print(f"wrote {plot(record, Path(out))}")
+        return
+    grid = GRIDS[args.grid]
+    variants = kernel_variants(grid)
+    unknown = [k for k in grid.kernels if k not in variants]
+    if unknown:
+        sys.exit(f"aiayn: error: grid {args.grid!r} names unknown kernels {unknown}")
+    settings = {k: v for k, v in asdict(grid).items() if k not in ("cells", "widths", "kernels")}
+    jobs = [
+        {
+            "grid": settings,
+            "variant": variant,
+            "kernel": variants[variant][0],
+            "options": variants[variant][1],
+            "shape": grid.shape,
+            "length": length,
+            "pairs": pairs,
+            "width": width,
+            "seed": seed,
+        }
+        for length, pairs in grid.cells
+        for width in grid.widths
+        for variant in grid.kernels
+        for seed in grid.seeds
+    ]
+    runs: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        for done, run in enumerate(pool.map(run_circuit if circuit else run_one, jobs), 1):
+            runs.append(run)
+            how = f"scale {run['scale']}" if circuit else f"loss {run['final_loss']}"
+            print(
+                f"[{done}/{len(jobs)}] {run['variant']:>14} L={run['length']} N={run['pairs']} "
+                f"d={run['width']} seed={run['seed']}: {run['accuracy']:.1f}% ({how})",
+                flush=True,
+            )
+            record = payload(args.mode, args.grid, grid, runs, args.jobs)
+            record["wall_seconds"] = round(time.perf_counter() - started, 1)
+            record["complete"] = done == len(jobs)
+            path = common.write_json(args.results, record)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
