@@ -417,8 +417,11 @@ def plot(record: dict[str, Any], out: Path) -> Path:
     figure, axes = plt.subplots(1, len(widths), figsize=(5.5 * len(widths), 4), squeeze=False)
     for axis, width in zip(axes[0], widths, strict=True):
         for index, variant in enumerate(variants):
-            mine = {(c["length"], c["pairs"]): c for c in cells if c["variant"] == variant}
-            mine = {k: v for k, v in mine.items() if v["width"] == width}
+            mine = {
+                (c["length"], c["pairs"]): c
+                for c in cells
+                if c["variant"] == variant and c["width"] == width
+            }
             xs = [i + (index - len(variants) / 2) * 0.04 for i, k in enumerate(order) if k in mine]
             ys = [mine[k]["mean"] for k in order if k in mine]
             low = [mine[k]["mean"] - mine[k]["min"] for k in order if k in mine]
