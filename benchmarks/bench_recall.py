@@ -131,6 +131,10 @@ GRIDS = {
         widths=(32,),
         kernels=default_kernels((8, 64), (16, 128)),
     ),
+    # can this machine teach sdpa MQAR at all in a CPU budget? One run, the easiest cell
+    "probe": Grid(
+        cells=((64, 4),), widths=(64,), kernels=("sdpa",), seeds=(0,), steps=1500, batch=32
+    ),
     # a quick look at one cell, for trying settings
     "smoke": Grid(cells=((64, 8),), widths=(32,), kernels=("sdpa", "linear"), seeds=(0,), steps=50),
     # the set-weight circuit (`--mode circuit`): no training, so Zoology's lengths fit
