@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from pathlib import Path
 
 import jupytext
 
+# a ```python block indented under an admonition (an exercise's solution)
+INDENTED_PYTHON = re.compile(r"^( +)```python *\n.*?^\1``` *$", re.MULTILINE | re.DOTALL)
 KERNEL = {"display_name": "Python 3", "language": "python", "name": "python3"}
 LINK = {
     "en": "Download this tutorial as a notebook",
@@ -34,10 +37,11 @@ def notebook_name(src_uri: str) -> str:
 
 
 def to_notebook(markdown: str) -> dict:
-    """The page as a notebook (nbformat 4): its ```python blocks as code cells, and
-    nothing else (a ```bash block, which the docs test does not run either, is shown as
+    """The page as a notebook (nbformat 4): its ```python blocks as code cells (an
+    exercise's solution, indented in its folded admonition, too), and nothing else (a ```bash block, which the docs test does not run either, is shown as
     a shell session, not made a `%%bash` cell)."""
     markdown = re.sub(r"^```(bash|sh)\s*$", "```console", markdown, flags=re.MULTILINE)
+    markdown = INDENTED_PYTHON.sub(lambda m: textwrap.dedent(m.group(0)), markdown)
     notebook = jupytext.reads(markdown, fmt="md")
     notebook.metadata = {"kernelspec": KERNEL, "language_info": {"name": "python"}}
     for cell in notebook.cells:

@@ -135,7 +135,19 @@ def test_the_maths_renders_from_the_site_s_own_katex_and_nothing_comes_from_else
     assert "(1)" in equation.text  # the paper's equation number, as a tag
     # KaTeX's own font drew it (a font that failed to load leaves the fallback's width)
     assert browser.execute_script("return document.fonts.check('16px KaTeX_Main')")
+    # an output block says so, in the page's language; an exercise's solution is folded
+    output = browser.find_element(By.CSS_SELECTOR, "article .language-output")
+    label = browser.execute_script(
+        "return getComputedStyle(arguments[0], '::before').content", output
+    )
+    assert label == '"출력"'
+    solutions = browser.find_elements(By.CSS_SELECTOR, "article details.success")
+    assert len(solutions) >= 2 and not any(s.get_attribute("open") for s in solutions)
+    assert not solutions[0].find_element(By.CSS_SELECTOR, "pre").is_displayed()
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", equation)
+    WebDriverWait(browser, WAIT_S).until(  # the header has switched to the page's title
+        lambda d: d.find_elements(By.CSS_SELECTOR, ".md-header__title--active")
+    )
     browser.save_screenshot(str(screenshots / "site-tutorial1-ko-maths.png"))
     assert resources_from_elsewhere(browser, served) == []
     for page in ("", "ko/", "reference/api/", "tutorials/06-beam-search/"):

@@ -85,14 +85,38 @@ def test_the_cli_page_documents_every_command(site):
                     assert flag in page, f"aiayn {name} {flag}"
 
 
-def test_the_api_page_renders_the_public_api_from_its_docstrings(site):
-    html = (site / "reference" / "api" / "index.html").read_text(encoding="utf-8")
-    for name in ("aiayn.config.ModelConfig", "aiayn.nn.attention.MultiHeadAttention",
-                 "aiayn.inference.frozen.freeze", "aiayn.apps.translate.Translator"):  # fmt: skip
-        assert f'id="{name}"' in html, name
+def test_the_api_reference_renders_the_public_api_from_its_docstrings_a_page_per_layer(site):
+    pages = {p.parent.name: p.read_text("utf-8") for p in (site / "reference" / "api").glob("*/index.html")}  # fmt: skip
+    assert set(pages) >= {"config", "nn", "models", "inference", "training", "apps"}
+    for page, name in (("config", "aiayn.config.ModelConfig"),
+                       ("nn", "aiayn.nn.attention.MultiHeadAttention"),
+                       ("inference", "aiayn.inference.frozen.freeze"),
+                       ("apps", "aiayn.apps.translate.Translator")):  # fmt: skip
+        assert f'id="{name}"' in pages[page], name
+    # a line of ModelConfig's docstring
     assert "dropout on attention weights (not in the paper: 0)." in text_of(
-        site / "reference" / "api" / "index.html"
-    )  # a line of ModelConfig's docstring
+        site / "reference" / "api" / "config" / "index.html"
+    )
+    # Signatures in a code block of their own, not at heading size in the heading.
+    assert re.search(r'class="[^"]*doc-signature', pages["nn"])
+    heading = re.search(
+        r'<h2 id="aiayn.nn.attention.MultiHeadAttention".*?</h2>', pages["nn"], re.S
+    )
+    assert heading and "d_model" not in heading.group(0)
+    # The overview links to every layer's page.
+    overview = (site / "reference" / "api" / "index.html").read_text("utf-8")
+    for page in pages:
+        assert f'href="{page}/"' in overview, page
+
+
+def test_reading_comfort_previous_next_links_output_labels_and_a_wider_column(site):
+    page = (site / "ko" / "tutorials" / "02-multi-head-attention" / "index.html").read_text("utf-8")
+    assert 'class="md-footer__link md-footer__link--prev"' in page
+    assert 'class="md-footer__link md-footer__link--next"' in page
+    assert 'class="language-output highlight"' in page
+    css = (site / "stylesheets" / "extra.css").read_text("utf-8")
+    assert 'content: "Output"' in css and 'html[lang="ko"]' in css and 'content: "출력"' in css
+    assert re.search(r"\.md-grid \{\s*max-width: 76rem", css)
 
 
 def test_the_results_figures_are_part_of_the_site(site):
