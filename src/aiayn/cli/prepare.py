@@ -22,6 +22,7 @@ prepare_lm_app = typer.Typer(
 
 _OUT = typer.Option(..., "--out", help="Directory to write (created if missing).")
 _LM_OUT = typer.Argument(..., help="Directory to write (created if missing).")
+_VOCAB_SIZE = typer.Option(37000, help="Shared subword vocabulary size.")
 _MAX_TOKENS = typer.Option(256, help="Drop training pairs longer than this, in subwords.")
 _MAX_RATIO = typer.Option(3.0, help="Drop training pairs whose sides differ more in length.")
 _SEED = typer.Option(0, help="Seed of the subword model's training sample.")
@@ -42,7 +43,11 @@ _LM_MODEL_TYPE = typer.Option(
 
 
 def _prepare_config(
-    vocab_size: int, seed: int, max_tokens: int = 256, max_ratio: float = 3.0, model_type="bpe"
+    vocab_size: int,
+    seed: int,
+    max_tokens: int = 256,
+    max_ratio: float = 3.0,
+    model_type: str = "bpe",
 ):
     """The subword and filter settings, or exit 1 naming the one refused."""
     from aiayn.data.prepare import PrepareConfig
@@ -158,7 +163,7 @@ def prepare_text_command(
     tgt_valid: str | None = typer.Option(None, help="Validation target sentences."),
     src_test: str | None = typer.Option(None, help="Test source sentences."),
     tgt_test: str | None = typer.Option(None, help="Test target sentences."),
-    vocab_size: int = typer.Option(37000, help="Shared subword vocabulary size."),
+    vocab_size: int = _VOCAB_SIZE,
     max_tokens: int = _MAX_TOKENS,
     max_ratio: float = _MAX_RATIO,
     seed: int = _SEED,
@@ -193,7 +198,7 @@ def prepare_tsv_command(
     out: str = _OUT,
     valid: str | None = typer.Option(None, help="Validation pairs, same format."),
     test: str | None = typer.Option(None, help="Test pairs, same format."),
-    vocab_size: int = typer.Option(37000, help="Shared subword vocabulary size."),
+    vocab_size: int = _VOCAB_SIZE,
     max_tokens: int = _MAX_TOKENS,
     max_ratio: float = _MAX_RATIO,
     seed: int = _SEED,
@@ -220,7 +225,7 @@ def prepare_hf_command(
     src_lang: str = typer.Option(..., callback=utf8, help="Source language code (en)."),
     tgt_lang: str = typer.Option(..., callback=utf8, help="Target language code (de)."),
     out: str = _OUT,
-    vocab_size: int = typer.Option(37000, help="Shared subword vocabulary size."),
+    vocab_size: int = _VOCAB_SIZE,
     max_tokens: int = _MAX_TOKENS,
     max_ratio: float = _MAX_RATIO,
     seed: int = _SEED,
