@@ -140,8 +140,9 @@ def default_kernels(windows: tuple[int, int], features: tuple[int, int]) -> tupl
 
 
 GRIDS = {
-    # 2 cores at nice 19: lengths 64 and 128, pairs well inside and at the edge of the
-    # state of a width-32 linear model, 3 seeds.
+    # lengths 64 and 128, pairs well inside and at the edge of the state of a width-32
+    # linear model, 3 seeds, 400 updates: the budget first planned for 2 cores, too small
+    # to teach even sdpa on a loaded machine (the probe); for a quiet one, raise `steps`.
     "cpu": Grid(
         cells=((64, 4), (64, 16), (128, 8), (128, 32)),
         widths=(32,),
