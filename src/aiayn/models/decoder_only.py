@@ -1,4 +1,4 @@
-"""The decoder-only Transformer: GPT's shape, from the encoder-decoder's own blocks.
+"""The decoder-only Transformer: GPT's shape, from the stacks every shape shares (`stacks`).
 
 Shape legend:
     B batch, T length, D d_model, V vocabulary, H heads. Token ids are int64.
