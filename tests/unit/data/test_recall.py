@@ -116,7 +116,7 @@ def previous_token_then_match(inputs: torch.Tensor, vocab_size: int) -> torch.Te
     return out[:, 0]  # (B, L, V)
 
 
-@pytest.mark.parametrize("cfg", GRID[:3], ids=lambda c: f"L{c.seq_len}-N{c.num_pairs}")
+@pytest.mark.parametrize("cfg", GRID[:2], ids=lambda c: f"L{c.seq_len}-N{c.num_pairs}")
 def test_a_hand_set_two_layer_attention_solves_mqar_exactly(cfg):
     inputs, targets = mqar(16, cfg, seed=7)
     scores = previous_token_then_match(inputs, cfg.vocab_size)
