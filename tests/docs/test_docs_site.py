@@ -50,7 +50,7 @@ def text_of(page: Path) -> str:
 def test_the_site_builds_strict_in_english_and_korean(site):
     assert (site / "index.html").is_file()
     korean = (site / "ko" / "index.html").read_text(encoding="utf-8")
-    assert "어텐션 헤드(attention head)" in korean and 'lang="ko"' in korean
+    assert "빔 서치(beam search)" in korean and 'lang="ko"' in korean
     # A page without a .ko.md falls back to the English one on the Korean site.
     assert "Recipe fields" in text_of(site / "ko" / "reference" / "recipe" / "index.html")
 
