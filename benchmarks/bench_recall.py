@@ -367,7 +367,7 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def gaps(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per cell (length, pairs, width): each variant's mean accuracy less sdpa's, and
     whether it falls 20 points or more below sdpa beyond the seed spread (its best seed
-    below sdpa's worst)."""
+    below sdpa's worst; with one seed, `seeds` 1, the spread is not measured)."""
     sdpa = {(c["length"], c["pairs"], c["width"]): c for c in cells if c["variant"] == "sdpa"}
     out = []
     for cell in cells:
@@ -383,6 +383,7 @@ def gaps(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "width": cell["width"],
                 "below_sdpa": below,
                 "breaks": below >= 20 and cell["max"] < reference["min"],
+                "seeds": min(cell["seeds"], reference["seeds"]),  # 1: no spread measured
             }
         )
     return out
@@ -427,6 +428,7 @@ def payload(mode: str, grid_name: str, grid: Grid, runs: list[dict[str, Any]], j
             "sdpa_smallest_width_means": {
                 f"L{c['length']}-N{c['pairs']}": c["mean"] for c in sdpa_small
             },
+            "fewest_seeds_per_cell": min((c["seeds"] for c in cells), default=0),
             "fall_20_below_sdpa": {
                 family: any(v.startswith(family) for v in broken)
                 for family in ("linear", "performer", "window", "bigbird")
