@@ -53,7 +53,9 @@ FIGURE = re.compile(
 )
 MARKER = re.compile(r"\s*<!-- figure: ([^>]*?) -->")
 RENDERED = re.compile(r"<!-- report:([a-z0-9-]+) -->\n.*?<!-- /report:\1 -->", re.DOTALL)
-FENCED = re.compile(r"^```.*?^```", re.DOTALL | re.MULTILINE)
+FENCED = re.compile(
+    r"^[ \t]*```.*?^[ \t]*```", re.DOTALL | re.MULTILINE
+)  # indented too (exercise solutions)
 
 # Figures that are not this project's measurements: (a phrase of README or docs/ holding the
 # figure, its source). Each must still occur in one of them.
@@ -126,6 +128,16 @@ ALLOWED: dict[str, str] = {
     "(chance: 4.8%)": "1 in 21 symbols",
     "all 124M float32 weights (500 MB)": "124M weights x 4 bytes",
     "8 MB for a 100-token sentence": "an estimate by the rule README states, not measured",
+    "about 15% of the ordinary tokens are chosen": "BERT's masking rate (tutorial 08's exercise)",
+    "about 80% of the chosen ones become": "BERT's masking rate (tutorial 08's exercise)",
+    "보통 토큰의 약 15%가 골라지고": "BERT's masking rate (tutorial 08's exercise, Korean)",
+    "고른 토큰의 약 80%가": "BERT's masking rate (tutorial 08's exercise, Korean)",
+    "(ln 60 ≈ 4.09 nats per token for 60 ordinary tokens)": "ln 60, arithmetic",
+    "falls only to about 3.4-3.5 nats": "benchmarks/results/induction-causes.json's runs",
+    "came down from chance to 3.5-3.7 nats": "induction-repeated.json's curves (named there)",
+    "worth 1 nat (`benchmarks/results/induction-repeated.json`": "issue 50's ablation goal",
+    "about 3.5 nats, with no induction head": "benchmarks/results/induction-repeated.json's "
+        "three runs, stopped by hand (its Source is on the heads page)",
     # a tutorial's own output on another CPU (issue 41 reported it from an Intel Xeon)
     "Intel Xeon printed 95, 86 and 5% for the sinusoids, 100, 74 and 23%":
         "tutorial 03's own table, as issue 41 reports it from an Intel Xeon",
