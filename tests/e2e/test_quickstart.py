@@ -149,16 +149,17 @@ def test_quickstart_tiny_end_to_end_and_resume(tmp_path):
     for beam in (1, 4):
         config = DecodeConfig(beam=beam, nbest=beam)
         want, got = search(literal, src, config), search(frozen, src, config)
-        # The same n best hypotheses with the same scores. Their order may differ where two
-        # score the same within float noise: a barely trained model repeats tokens, and its
-        # n-best lists hold near-ties (a CI run once swapped two).
+        # The same n best scores, and the same best hypothesis wherever it is clear of the
+        # next. A barely trained model (trained for 0.4 minutes, so a different number of
+        # updates on each run and CPU) repeats tokens, and its n-best lists hold near-ties
+        # that float noise may order, or swap in and out of the n best, either way.
         for mine, theirs in zip(got, want, strict=True):
-            mine, theirs = (
-                sorted((h.tokens, h.score) for h in mine),
-                sorted((h.tokens, h.score) for h in theirs),
-            )
-            assert [t for t, _ in mine] == [t for t, _ in theirs]
-            assert [s for _, s in mine] == pytest.approx([s for _, s in theirs], abs=1e-4)
+            mine_scores = sorted(h.score for h in mine)
+            their_scores = sorted(h.score for h in theirs)
+            assert mine_scores == pytest.approx(their_scores, abs=1e-4)
+            if len(theirs) < 2 or their_scores[-1] - their_scores[-2] > 1e-3:
+                best = max(theirs, key=lambda h: h.score).tokens
+                assert max(mine, key=lambda h: h.score).tokens == best
 
 
 def test_quickstart_names_a_missing_recipe(tmp_path):
