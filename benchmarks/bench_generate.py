@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from benchmarks import common
-from benchmarks.bench_decode import FixedLength  # eos forbidden until the fixed length
+from benchmarks.decode_systems import FixedLength  # eos forbidden until the fixed length
 
 SHAPES = {
     "gpt2-small": dict(n_embd=768, n_layer=12, n_head=12, vocab_size=50257, n_positions=1024),

@@ -83,7 +83,7 @@ def ct2_step(system: str, marian: Path, slots: int, steps: int, src_len: int, th
     """CTranslate2's decoding step in ms: greedy decoding forced to `steps` tokens, less
     forced to 1, divided by the `steps - 1` steps between (medians of 5 each); the call is
     bench_decode's, with CTranslate2's own latency settings."""
-    from benchmarks.bench_decode import ct2_runner
+    from benchmarks.decode_systems import ct2_runner
 
     quantization = system.removeprefix("ct2-")
     model_dir = marian.parent / f"ct2-{quantization}"
