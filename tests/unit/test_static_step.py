@@ -259,9 +259,9 @@ def test_slots_grouped_by_source_step_as_slots_each_with_their_own(scheme):
 
 
 def test_each_span_of_slots_attends_no_further_than_its_own_furthest_position(monkeypatch):
-    import aiayn.inference.static_step as static_step
+    import aiayn.inference.slot_attention as slot_attention
 
-    monkeypatch.setattr(static_step, "SPAN_COST", 0)  # a call per span of like positions
+    monkeypatch.setattr(slot_attention, "SPAN_COST", 0)  # a call per span of like positions
     model = small("encoder_decoder", positional="relative")
     full, spans = (StaticStep(model, slots=4, max_target=8) for _ in range(2))
     full.trim = False
@@ -294,15 +294,15 @@ def test_copy_ranges_copies_each_slots_own_positions_only():
 def test_slot_groups_share_an_attention_call_while_that_costs_less_than_another_call(
     monkeypatch,
 ):
-    import aiayn.inference.static_step as static_step
+    import aiayn.inference.slot_attention as slot_attention
 
-    monkeypatch.setattr(static_step, "SPAN_COST", 10)
+    monkeypatch.setattr(slot_attention, "SPAN_COST", 10)
     # groups of 2 slots: joining the third (end 9) to ends 3, 3 would attend 2 x 2 x 6
     # more positions than apart (24 > 10); the fourth (end 8) adds 2 x 1 = 2 < 10
-    assert static_step._merged([3, 3, 9, 8], rows=2) == [(0, 2, 3), (2, 4, 9)]
-    assert static_step._merged([3, 3, 4], rows=2) == [(0, 3, 4)]  # 2 x 2 x 1 = 4 < 10
-    monkeypatch.setattr(static_step, "SPAN_COST", 100)
-    assert static_step._merged([3, 3, 9, 8], rows=2) == [(0, 4, 9)]
+    assert slot_attention.merged([3, 3, 9, 8], rows=2) == [(0, 2, 3), (2, 4, 9)]
+    assert slot_attention.merged([3, 3, 4], rows=2) == [(0, 3, 4)]  # 2 x 2 x 1 = 4 < 10
+    monkeypatch.setattr(slot_attention, "SPAN_COST", 100)
+    assert slot_attention.merged([3, 3, 9, 8], rows=2) == [(0, 4, 9)]
 
 
 def test_an_eager_step_projects_only_the_slots_asked_for_in_their_order():

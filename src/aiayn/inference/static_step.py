@@ -36,7 +36,9 @@ compiles once per process and slot count. The weights are the model's own: a lit
 compiled step multiplies by plain copies of oneDNN-packed weights, which do not trace.
 
 The attention itself is the kernel's (`aiayn.nn.kernels.Kernel.attend_slots`): the step
-keeps the slots' stores and says, per span of slots, how far each attends (`SlotSpan`).
+keeps the slots' stores and says, per span of slots, how far each attends (`SlotSpan`);
+the sub-layers' projections, rotation and kernel calls over the slots are
+`aiayn.inference.slot_attention`'s.
 What is not covered, and refused with a ValueError naming it: kernels that do not
 declare `static_step` (a sliding window or linear attention keeps other state), rotary
 schemes other than `RotaryPositions`, and token types in the decoder.
@@ -54,32 +56,24 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.config import ModelConfig
 from aiayn.inference.decoding import new_cache
-from aiayn.inference.frozen import (
-    FrozenCrossAttention,
-    FrozenFeedForward,
-    FrozenLinear,
-    FrozenSelfAttention,
-)
 from aiayn.inference.search import normalised
+from aiayn.inference.slot_attention import (
+    SlotAttention,
+    cross_keys_values,
+    cross_spans,
+    kv_sizes,
+    self_spans,
+)
 from aiayn.models.decoder_only import DecoderOnly
 from aiayn.models.encoder_decoder import Transformer, check_ids
-from aiayn.nn.attention import MultiHeadAttention, merge_heads, split_heads
 from aiayn.nn.kernels import KERNELS, SlotSpan
 from aiayn.nn.positions.rotary import RotaryPositions
 
 log = logging.getLogger(__name__)
-
-SPAN_COST = 64
-"""What one more attention call costs an eager step, in the positions one slot attends:
-consecutive slot groups are attended in one call while the positions that adds (every
-slot attending the call's furthest) cost less than a call of their own. On one thread
-a call costs about 10 us more and a slot's position, its keys and values cache-cold,
-0.15 to 0.3 us; on the quickstart's test verses 64 did as well as 0, 256 or no cut."""
 
 
 class StaticStep:
@@ -162,12 +156,12 @@ class StaticStep:
         self.cross_keys: list[Tensor] = []
         self.cross_values: list[Tensor] = []
         for layer in decoder.layers:
-            heads, size_k, size_v = _kv_sizes(layer.self_attn)
+            heads, size_k, size_v = kv_sizes(layer.self_attn)
             shape = (slots, heads, self.max_target)
             self.self_keys.append(self._zeros(*shape, size_k))
             self.self_values.append(self._zeros(*shape, size_v))
             if self.cross:
-                heads, size_k, size_v = _kv_sizes(layer.cross_attn)
+                heads, size_k, size_v = kv_sizes(layer.cross_attn)
                 shape = (sources, heads, self.max_source)
                 self.cross_keys.append(self._zeros(*shape, size_k))
                 self.cross_values.append(self._zeros(*shape, size_v))
@@ -189,8 +183,8 @@ class StaticStep:
         # (N / group,) how far each group's source reaches (0: none): an eager step
         # attends the furthest of the slots it runs, not the longest source ever loaded
         self.source_ends = torch.zeros(sources, dtype=torch.long, device=self.device)
-        self._plain: dict[int, Tensor] = {}  # packed product -> plain weight (`compile`)
-        self._written: list[Tensor] | None = None  # each layer's new keys, values (exported)
+        # the sub-layers' arithmetic over the slots (rotation, products, kernel calls)
+        self.attention = SlotAttention(self.rotary)
 
     def _zeros(self, *shape: int) -> Tensor:
         return torch.zeros(shape, dtype=self.dtype, device=self.device)
@@ -238,7 +232,7 @@ class StaticStep:
         encoded = self.model.encode(src)
         length = src.size(1)
         for i, layer in enumerate(self.model.decoder.layers):
-            keys, values = _cross_keys_values(layer.cross_attn, encoded.hidden)  # (B, Hkv, S', D)
+            keys, values = cross_keys_values(layer.cross_attn, encoded.hidden)  # (B, Hkv, S', D)
             self.cross_keys[i][targets] = 0
             self.cross_values[i][targets] = 0
             self.cross_keys[i][targets, :, :length] = keys.index_select(0, rows).to(self.dtype)
@@ -402,7 +396,7 @@ class StaticStep:
         Returns:
             Seconds the compilation and warm-up took (also `compile_seconds`).
         """
-        self._unpack_products()
+        self.attention.unpack(self.model)
         self.trim = False  # fixed shapes, compiled once
         eager = self._log_probs if log_probs else self._logits
         began = time.perf_counter()
@@ -449,13 +443,13 @@ class StaticStep:
                 held, held_mask = step._stores(), step.source_mask
                 step._use_stores(stores)
                 step.source_mask = mask
-                step._written = []
+                step.attention.written = []
                 try:
-                    return eager(tokens, positions), *step._written
+                    return eager(tokens, positions), *step.attention.written
                 finally:
                     step._use_stores(held)
                     step.source_mask = held_mask
-                    step._written = None
+                    step.attention.written = None
 
         with torch.no_grad():
             exported = torch.export.export(
@@ -482,31 +476,11 @@ class StaticStep:
     def _log_probs(self, tokens: Tensor, positions: Tensor, order: Tensor | None = None) -> Tensor:
         return normalised(self.cfg, self._logits(tokens, positions, order))
 
-    def _unpack_products(self) -> None:
-        """Plain copies of the frozen model's oneDNN-packed weights, for the compiler: an
-        opaque packed tensor does not trace, and Inductor lays out plain ones itself."""
-        for module in self.model.modules():
-            packed = getattr(module, "packed", None)
-            if isinstance(module, FrozenLinear) and packed is not None:
-                self._plain.setdefault(id(module), packed.to_dense())
-
-    def _product(self, linear: nn.Module, x: Tensor) -> Tensor:
-        """`linear(x)`; a packed `FrozenLinear` through its plain copy once compiling."""
-        plain = self._plain.get(id(linear))
-        if plain is None:
-            return linear(x)
-        out = F.linear(x, plain, linear.bias)
-        return F.relu(out) if linear.relu else out
-
-    def _feed_forward(self, ffn: nn.Module, x: Tensor) -> Tensor:
-        if not isinstance(ffn, FrozenFeedForward):
-            return ffn(x)
-        h = self._product(ffn.linear1, x)  # (N, 1, F)
-        return self._product(ffn.linear2, h if ffn.activation is None else ffn.activation(h))
-
     def _project(self, hidden: Tensor) -> Tensor:
         output = getattr(self.model, "output", None)  # the frozen forms' output product
-        return self.model.project(hidden) if output is None else self._product(output, hidden)
+        if output is None:
+            return self.model.project(hidden)
+        return self.attention.product(output, hidden)
 
     def _logits(self, tokens: Tensor, positions: Tensor, order: Tensor | None = None) -> Tensor:
         """The step itself (see `logits`), every layer written out over fixed shapes."""
@@ -523,18 +497,22 @@ class StaticStep:
             x = x + self.position_table[positions][:, None]
         if embedding.norm is not None:
             x = embedding.norm(x)
-        self_spans, cross_spans = self._spans(positions)
+        own, source = self._spans(positions)  # what the slots attend, this step
         for i, layer in enumerate(decoder.layers):
             h = layer.self_residual.sublayer_input(x)
-            out = self._self_attention(layer.self_attn, h, i, positions, self_spans)
+            keys, values = self.self_keys[i][:rows], self.self_values[i][:rows]
+            out = self.attention.self_attention(layer.self_attn, h, keys, values, positions, own)
             x = layer.self_residual(x, out)
             if self.cross:
                 h = layer.cross_residual.sublayer_input(x)
-                out = self._cross_attention(layer.cross_attn, h, i, cross_spans)
+                keys, values = self.cross_keys[i], self.cross_values[i]
+                out = self.attention.cross_attention(
+                    layer.cross_attn, h, keys, values, source, self.group
+                )
                 x = layer.cross_residual(x, out)
             if layer.feed_forward is not None:
                 h = layer.ff_residual.sublayer_input(x)
-                x = layer.ff_residual(x, self._feed_forward(layer.feed_forward, h))
+                x = layer.ff_residual(x, self.attention.feed_forward(layer.feed_forward, h))
         if order is not None:  # only these rows go on to the vocabulary
             x = x.index_select(0, order)
         return self._project(decoder.final_norm(x))[:, 0]  # (N, V)
@@ -544,120 +522,17 @@ class StaticStep:
         all L positions and S source positions of every slot in one call each (its fixed
         shapes); an eager one, the positions written so far up to each call's furthest
         slot, and the source positions up to its furthest source, the groups cut into
-        calls as `SPAN_COST` says."""
+        calls as `aiayn.inference.slot_attention.SPAN_COST` says."""
         rows, group = positions.size(0), self.group
         if rows % group:
             raise ValueError(f"a step takes whole groups of {group} slots, got {rows}")
         groups = rows // group
-        cross_bounds = []
-        if self.trim:
-            ends = (positions.view(groups, group).amax(dim=1) + 1).tolist()
-            self_bounds = _merged(ends, group)
-            if self.cross:
-                cross_bounds = _merged(self.source_ends[:groups].clamp(min=1).tolist(), 1)
-        else:
-            self_bounds = [(0, groups, self.max_target)]
-            if self.cross:
-                cross_bounds = [(0, groups, self.max_source)]
-        self_spans = []
-        for a, b, end in self_bounds:
-            at = positions[a * group : b * group]
-            written = torch.arange(end, device=positions.device) <= at[:, None]  # (n, end)
-            written = written[:, None, None, :]  # (n, 1, 1, end)
-            if self.bias_table is None:
-                bias = self._masking(written)
-            else:  # (H, L, L): row p is the query at position p
-                bias = self.bias_table[:, at, :end].transpose(0, 1)[:, :, None, :]
-                bias = torch.where(written, bias, float("-inf"))  # (n, H, 1, end)
-            self_spans.append(SlotSpan(slice(a * group, b * group), end, bias))
-        cross_spans = []
-        for a, b, end in cross_bounds:
-            # an empty group attends everything (finite junk, never NaN, which would reach
-            # the values a later sentence in its slots masks out: 0 x NaN is NaN)
-            source_mask = self.source_mask[a:b, :end]
-            source_mask = source_mask | ~source_mask.any(dim=1, keepdim=True)
-            cross_spans.append(
-                SlotSpan(slice(a, b), end, self._masking(source_mask[:, None, None, :]))
-            )
-        return self_spans, cross_spans
-
-    def _masking(self, allowed: Tensor) -> Tensor:
-        """A bool mask (True = may attend) as the float bias the kernel adds: 0 or -inf.
-        Made once per step and span, for every layer (SDPA would convert a bool mask at
-        each call)."""
-        bias = torch.full(allowed.shape, float("-inf"), dtype=self.dtype, device=allowed.device)
-        return bias.masked_fill_(allowed, 0.0)
-
-    def _self_attention(
-        self,
-        attention: MultiHeadAttention | FrozenSelfAttention,
-        h: Tensor,
-        layer: int,
-        positions: Tensor,
-        spans: list[SlotSpan],
-    ) -> Tensor:
-        """(N, 1, D) -> (N, 1, D): this step's keys and values written at `positions`,
-        then attended, span by span, over the stores' positions written so far."""
-        if isinstance(attention, FrozenSelfAttention):
-            q, k, v = self._product(attention.qkv_proj, h).split(attention.sizes, dim=-1)
-        else:
-            q, k, v = attention.q_proj(h), attention.k_proj(h), attention.v_proj(h)
-        q = split_heads(q, attention.n_heads)  # (N, H, 1, Dk)
-        k = split_heads(k, attention.n_kv_heads)  # (N, Hkv, 1, Dk)
-        v = split_heads(v, attention.n_kv_heads)
-        if self.rotary is not None:
-            q, k = self._rotate(q, positions), self._rotate(k, positions)
-        rows = h.size(0)
-        keys, values = self.self_keys[layer][:rows], self.self_values[layer][:rows]
-        where = positions[:, None, None, None]
-        k, v = k.to(keys.dtype), v.to(values.dtype)
-        if self._written is None:  # (N, Hkv, L, Dk) written at (slot, :, its position)
-            slots = torch.arange(rows, device=positions.device)
-            keys[slots, :, positions] = k[:, :, 0]
-            values[slots, :, positions] = v[:, :, 0]
-        else:  # exported: the caller writes them (AOTInductor leaves its inputs unchanged)
-            keys = keys.scatter(2, where.expand(k.shape), k)
-            values = values.scatter(2, where.expand(v.shape), v)
-            self._written += [k, v]
-        out = attention.kernel.attend_slots(q, keys, values, spans, attention.kv_of_head)
-        return self._output(attention, out)
-
-    def _cross_attention(
-        self,
-        attention: MultiHeadAttention | FrozenCrossAttention,
-        h: Tensor,
-        layer: int,
-        spans: list[SlotSpan],
-    ) -> Tensor:
-        """(N, 1, D) -> (N, 1, D): attend the stored source of each slot, span by span
-        (as far as the span's furthest source reaches); a group's slots attend its one
-        source as `group` queries of one row."""
-        q = split_heads(self._product(attention.q_proj, h), attention.n_heads)  # (N, H, 1, Dk)
-        rows, heads, group = q.size(0), q.size(1), self.group
-        # (N, H, 1, Dk) -> (N / G, H, G, Dk): each group's queries side by side
-        q = q.view(rows // group, group, heads, -1).transpose(1, 2)
-        keys, values = self.cross_keys[layer], self.cross_values[layer]
-        out = attention.kernel.attend_slots(q, keys, values, spans, attention.kv_of_head)
-        # (N / G, H, G, Dv) -> (N, H, 1, Dv)
-        out = out.transpose(1, 2).reshape(rows, heads, 1, -1)
-        return self._output(attention, out)
-
-    def _output(self, attention: nn.Module, out: Tensor) -> Tensor:
-        """(N, H, 1, Dv) heads -> (N, 1, D) through W^O (a literal module's head mask
-        applied)."""
-        head_mask = getattr(attention, "head_mask", None)
-        if head_mask is not None:
-            out = out * head_mask.to(out.dtype)[..., None, None]
-        return self._product(attention.out_proj, merge_heads(out))
-
-    def _rotate(self, x: Tensor, positions: Tensor) -> Tensor:
-        """`RotaryPositions.rotate` with a position per row: x (N, heads, 1, Dk)."""
-        cos = self.rotary.cos[positions][:, None, None, :].float()  # (N, 1, 1, Dk)
-        sin = self.rotary.sin[positions][:, None, None, :].float()
-        x32 = x.float()
-        first, second = x32.chunk(2, dim=-1)
-        half_turned = torch.cat([-second, first], dim=-1)
-        return (x32 * cos + half_turned * sin).to(x.dtype)
+        fixed_end = None if self.trim else self.max_target
+        spans = self_spans(positions, group, fixed_end, self.bias_table, self.dtype)
+        if not self.cross:
+            return spans, []
+        ends = self.source_ends[:groups] if self.trim else None
+        return spans, cross_spans(self.source_mask[:groups], ends, self.dtype)
 
 
 def _checked_size(given: int | None, max_len: int, name: str) -> int:
@@ -666,44 +541,6 @@ def _checked_size(given: int | None, max_len: int, name: str) -> int:
     if not 1 <= given <= max_len:
         raise ValueError(f"{name} must lie in [1, max_len={max_len}], got {given}")
     return given
-
-
-def _kv_sizes(attention: nn.Module) -> tuple[int, int, int]:
-    """(Hkv, Dk, Dv) of an attention sub-layer, literal or frozen."""
-    if isinstance(attention, MultiHeadAttention):
-        return attention.n_kv_heads, attention.d_k, attention.d_v
-    sizes = attention.sizes[-2:]  # the frozen forms: ..., Hkv Dk, Hkv Dv
-    heads = attention.n_kv_heads
-    return heads, sizes[0] // heads, sizes[1] // heads
-
-
-def _cross_keys_values(
-    attention: MultiHeadAttention | FrozenCrossAttention, memory: Tensor
-) -> tuple[Tensor, Tensor]:
-    """(B, S, D) encoder output -> (B, Hkv, S, Dk) keys and (B, Hkv, S, Dv) values."""
-    if isinstance(attention, FrozenCrossAttention):
-        k, v = attention.kv_proj(memory).split(attention.sizes, dim=-1)
-    else:
-        k, v = attention.k_proj(memory), attention.v_proj(memory)
-    return split_heads(k, attention.n_kv_heads), split_heads(v, attention.n_kv_heads)
-
-
-def _merged(ends: list[int], rows: int) -> list[tuple[int, int, int]]:
-    """Consecutive units (slot groups of `rows` slots each, attending up to `ends`) cut
-    into calls: (first, past the last, positions attended) each. A unit joins the call
-    before it while the positions that adds (every slot attending the call's furthest)
-    cost at most what a call of its own would (`SPAN_COST`)."""
-    calls: list[tuple[int, int, int]] = []
-    for unit, end in enumerate(ends):
-        if calls:
-            first, _, furthest = calls[-1]
-            together = (unit + 1 - first) * rows * max(furthest, end)
-            apart = (unit - first) * rows * furthest + rows * end + SPAN_COST
-            if together <= apart:
-                calls[-1] = (first, unit + 1, max(furthest, end))
-                continue
-        calls.append((unit, unit + 1, end))
-    return calls
 
 
 class StaticDecoder:
