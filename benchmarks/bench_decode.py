@@ -6,10 +6,12 @@ One random-weight MarianMTModel per shape is saved with `save_pretrained` into a
 work directory, loaded into aiayn (`load_marian_model`) and Hugging Face, and
 converted to CTranslate2 fp32 and int8 with its `TransformersConverter`. Every
 system decodes the same 32 sources of 30 tokens and runs exactly 30 decoder steps
-per sentence (eos is forbidden until the last step), greedy and beam 4, with the
-same number of threads. Metric: target tokens/s = batch x 30 / wall time of one
-call, the encoder included. Systems take turns call by call (see `common`); the
-tables show medians and the median of the per-round ratios. Batch-1 rows give the
+per sentence (eos is forbidden until the last step), greedy and beam 4. Metric:
+target tokens/s = batch x 30 / wall time of one call, the encoder included. The race
+is `decode_race`'s: one system's process at a time, each system's thread count per
+cell chosen by an untimed calibration, then timed passes; the tables show each thread
+count ("same threads") and each system at its chosen count ("best"), medians and the
+median of the ratios of calls of the same pass and round. Batch-1 rows give the
 latency of one sentence. "aiayn, 1-thread steps" runs the encoder with the same threads
 and each decoding step with one (`aiayn.inference.threads.StepThreads`). The systems
 and their worker processes are in `decode_systems`; this module is the parent.
@@ -21,7 +23,8 @@ count in turn (worker processes of their own). Random weights have no translatio
 table, so the shortlist (`aiayn.inference.shortlist`) is built from a synthetic parallel corpus
 (`common.synthetic_parallel`) whose candidate sets have the size they have on text;
 its set size per cell is reported. Per cell: "best / CT2 int8", the fastest of the
-`--best-of` systems (those keeping the quality goal) against CTranslate2 int8, and
+`--best-of` systems (those keeping the quality goal) against CTranslate2 int8 (a
+shortlist against CTranslate2 int8 with the same candidates as its vocabulary map), and
 "aiayn fp32 / CT2 fp32". Memory: each worker's resident-set high-water mark (VmHWM)
 after loading its model and after all its calls. CTranslate2's workers do not import
 torch, so their memory is CTranslate2's own. Outputs of the shortlist rows cannot
@@ -55,7 +58,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from benchmarks import common  # torch is imported where used: CTranslate2's workers go without it
+from benchmarks import common, decode_race  # torch is imported where used (see decode_systems)
 from benchmarks.decode_systems import (
     BEST_OF,
     BF16_SYSTEMS,
@@ -68,11 +71,6 @@ from benchmarks.decode_systems import (
     VMAP_SYSTEMS,
     worker,
 )
-
-# OpenMP threads that sleep as soon as their work is done: no worker's threads spin on the
-# cores while another system is timed (the old harness let CTranslate2 fp32's spin during
-# CTranslate2 int8's calls, which made int8 look up to 5.9x faster at 1 thread than at 2).
-PASSIVE_OPENMP = {"OMP_WAIT_POLICY": "PASSIVE", "KMP_BLOCKTIME": "0"}
 
 # ----- parent --------------------------------------------------------------------------
 
@@ -199,67 +197,116 @@ def cell_summary(times: dict[str, list[float]], best_of: list[str]) -> dict:
 def measure(
     args: argparse.Namespace,
     systems: list[str],
-    threads: int,
+    thread_counts: list[int],
     size: str,
     configs: list[tuple[int, int]],
     workdir: Path,
     baseline: str | None,
     checkout: Path | None,
-) -> tuple[dict, dict, dict, dict]:
-    """One size at one thread count: every system's workers, warm-up and timed rounds.
+) -> decode_race.Race:
+    """One size: every system calibrated, then raced, one worker process at a time
+    (`decode_race`), at every thread count of `thread_counts`."""
+    module = __spec__.name  # benchmarks.bench_decode, run with -m from a repository's root
+
+    def start(system: str, threads: int) -> common.Worker:
+        worker_args = [
+            *("--workdir", str(workdir), "--size", size),
+            *("--threads", str(threads), "--device", args.device),
+        ]
+        if system == baseline:  # the commit's own script and library, as its system "aiayn"
+            return common.Worker(
+                module, "aiayn", worker_args, threads, str(checkout / "src"), root=checkout
+            )
+        own_args = [*worker_args, "--int8-shortlist-output", args.int8_shortlist_output]
+        return common.Worker(module, system, own_args, threads)
+
+    def request(cell: tuple[int, int]) -> dict:
+        beam, batch = cell
+        return dict(beam=beam, batch=batch, src_len=args.src_len, tgt_len=args.tgt_len)
+
+    return decode_race.run_race(
+        start,
+        systems,
+        thread_counts,
+        configs,
+        request,
+        args.rounds,
+        args.passes,
+        args.calibration_calls,
+    )
+
+
+def summarise_cell(
+    args: argparse.Namespace,
+    race: decode_race.Race,
+    systems: list[str],
+    size: str,
+    cell: tuple[int, int],
+    threads: int | None,
+    best_of: list[str],
+    baseline: str | None,
+) -> tuple[dict, list[dict]]:
+    """One cell's summary and its systems' records, at `threads` for every system ("same
+    threads"), or with `threads` None at each system's thread count chosen by the
+    calibration ("each at its best").
 
     Returns:
-        times[system, (beam, batch)] (seconds per round), outputs[system, beam, batch]
-        (the warm-up call's tokens), memory[system] ({"loaded", "peak"} MiB: VmHWM after
-        loading and after the last call) and shortlist sizes[(beam, batch)].
+        (cell: the summary, tok/s per system and, at best, the threads chosen; the
+        records, one per system: tok/s, ms per call, its times and ratios to the peers).
     """
-    worker_args = [
-        *("--workdir", str(workdir), "--size", size),
-        *("--threads", str(threads), "--device", args.device),
-    ]
-    own_args = [*worker_args, "--int8-shortlist-output", args.int8_shortlist_output]
-    module = __spec__.name  # benchmarks.bench_decode, run with -m from a repository's root
-    workers = {
-        s: common.Worker(module, s, own_args, threads, env=PASSIVE_OPENMP)
-        for s in systems
-        if s != baseline
-    }
-    if baseline:  # the commit's own script and library, as its system "aiayn"
-        workers[baseline] = common.Worker(
-            module, "aiayn", worker_args, threads, str(checkout / "src"), root=checkout,
-            env=PASSIVE_OPENMP,
-        )  # fmt: skip
-    memory: dict[str, dict[str, float | None]] = {}
-    sizes: dict[tuple[int, int], int] = {}
-    try:
-        for s in systems:  # the first reply comes once the model is loaded
-            reply = workers[s].ask(memory=True)
-            memory[s] = {"loaded": (reply.get("memory_mb") or {}).get("peak")}
-        times = {(s, c): [] for s in systems for c in configs}
-        outputs = {}
-        for beam, batch in configs:  # warm-up call, keeping the outputs for a check
-            for s in systems:
-                reply = workers[s].ask(
-                    beam=beam, batch=batch, src_len=args.src_len, tgt_len=args.tgt_len, tokens=True
-                )
-                outputs[s, beam, batch] = reply["tokens"]
-                if "shortlist_size" in reply:
-                    sizes[beam, batch] = reply["shortlist_size"]
-        for r in range(args.rounds):
-            for beam, batch in configs:
-                order = systems[r % len(systems) :] + systems[: r % len(systems)]
-                for s in order:
-                    reply = workers[s].ask(
-                        beam=beam, batch=batch, src_len=args.src_len, tgt_len=args.tgt_len
-                    )
-                    times[s, (beam, batch)].append(reply["seconds"])
-        for s in systems:
-            reply = workers[s].ask(memory=True)
-            memory[s]["peak"] = (reply.get("memory_mb") or {}).get("peak")
-    finally:
-        for w in workers.values():
-            w.close()
-    return times, outputs, memory, sizes
+    beam, batch = cell
+    search = "greedy" if beam == 1 else f"beam {beam}"
+    n_tokens = batch * args.tgt_len
+    if threads is None:
+        times = {s: race.at_best(s, cell) for s in systems}
+    else:
+        times = {s: race.times[s, threads, cell] for s in systems}
+    where = dict(threads="best" if threads is None else threads, size=size, search=search)
+    summary = dict(
+        **where,
+        batch=batch,
+        **cell_summary(times, best_of),
+        shortlist_size=race.shortlist_sizes.get(cell),
+        tokens_per_s={s: n_tokens / common.median(times[s]) for s in systems},
+    )
+    if threads is None:
+        summary["threads_chosen"] = {s: race.best_threads[s, cell] for s in systems}
+    records = []
+    for s in systems:
+        seconds = common.median(times[s])
+        bf16 = s in BF16_SYSTEMS
+        # HF of the same precision; CTranslate2 in fp32 (it has no CPU bf16); a shortlist
+        # only against CTranslate2 given the same candidates (its vocabulary map).
+        listed = s in SHORTLIST_SYSTEMS
+        vs = {
+            "hf": per_round(times, "hf-bf16" if bf16 else "hf", s),
+            "ct2-fp32": None if listed else per_round(times, "ct2-fp32", s),
+            "ct2-int8": None if listed else per_round(times, "ct2-int8", s),
+            "ct2-int8-vmap": per_round(times, "ct2-int8-vmap", s) if listed else None,
+            "baseline": per_round(times, baseline, s) if baseline and s == "aiayn" else None,
+        }
+        reference = same_as(s)
+        same = None
+        if reference in systems:
+            same = agreement(race.outputs[reference, cell], race.outputs[s, cell], args.tgt_len - 1)
+        records.append(
+            dict(
+                **where,
+                batch=batch,
+                system=s,
+                tokens_per_s=n_tokens / seconds,
+                ms_per_call=1000 * seconds,
+                times_s=times[s],
+                speedup_vs_hf=vs["hf"],
+                speedup_vs_ct2_fp32=vs["ct2-fp32"],
+                speedup_vs_ct2_int8=vs["ct2-int8"],
+                speedup_vs_ct2_int8_vmap=vs["ct2-int8-vmap"],
+                speedup_vs_baseline=vs["baseline"],
+                same_outputs_as_aiayn=same,
+                same_outputs_as=reference if same is not None else None,
+            )
+        )
+    return summary, records
 
 
 def _mb(value: float | None) -> str:
@@ -297,9 +344,22 @@ def main() -> None:
         "candidates (default), or int8 over the vocabulary, masked",
     )
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
-    parser.add_argument("--rounds", type=int, default=5, help="timed calls per system")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="timed calls per cell in each timed process"
+    )
+    parser.add_argument(
+        "--passes", type=int, default=2, help="timed processes per system and thread count"
+    )
+    parser.add_argument(
+        "--calibration-calls",
+        type=int,
+        default=2,
+        help="untimed calls per cell that choose each system's thread count",
+    )
     parser.add_argument("--no-latency", action="store_true", help="skip the batch-1 rows")
-    parser.add_argument("--quick", action="store_true", help="3 rounds, fp32 peers only")
+    parser.add_argument(
+        "--quick", action="store_true", help="1 pass of 2 rounds, 1 calibration call, fp32 peers"
+    )
     parser.add_argument("--workdir", type=Path, help="keep the models here (default: temp)")
     parser.add_argument(
         "--against",
@@ -333,7 +393,9 @@ def main() -> None:
         parser.error(f"unknown system(s) {', '.join(unknown)}; known: {', '.join(SYSTEMS)}")
     best_of = args.best_of.split(",")
     if args.quick:
-        args.rounds = 3
+        args.rounds, args.passes, args.calibration_calls = 2, 1, 1
+    if min(args.rounds, args.passes, args.calibration_calls) < 1:
+        parser.error("--rounds, --passes and --calibration-calls are 1 or more")
         systems = [
             s for s in systems if s not in ("ct2-int8", "ct2-int8-vmap") and s not in BF16_SYSTEMS
         ]
@@ -355,106 +417,57 @@ def main() -> None:
     if not args.no_latency:
         configs += [(beam, 1) for beam in map(int, args.beams.split(","))]
 
-    rows, records, cells, cell_rows, memory_records = [], [], [], [], []
-    for threads in thread_counts:
-        for size in args.sizes.split(","):
-            prepare(workdir, size, systems)
-            times, outputs, memory, shortlist_sizes = measure(
-                args, systems, threads, size, configs, workdir, baseline, checkout
-            )
-            for s in systems:
-                rss = {f"rss_{k}_mb": v for k, v in memory[s].items()}
-                memory_records.append(dict(threads=threads, size=size, system=s, **rss))
-            for beam, batch in configs:
-                config = (beam, batch)
-                search = "greedy" if beam == 1 else f"beam {beam}"
-                n_tokens = batch * args.tgt_len
-                cell_times = {s: times[s, config] for s in systems}
-                summary = cell_summary(cell_times, best_of)
-                cells.append(
-                    dict(
-                        threads=threads,
-                        size=size,
-                        search=search,
-                        batch=batch,
-                        **summary,
-                        shortlist_size=shortlist_sizes.get(config),
-                        tokens_per_s={s: n_tokens / common.median(cell_times[s]) for s in systems},
-                    )
+    rows, records, cells, cell_rows, memory_records, load_records = [], [], [], [], [], []
+    for size in args.sizes.split(","):
+        prepare(workdir, size, systems)
+        race = measure(args, systems, thread_counts, size, configs, workdir, baseline, checkout)
+        load_records += [dict(size=size, **record) for record in race.load]
+        for (s, threads), memory in race.memory.items():
+            rss = {f"rss_{k}_mb": v for k, v in memory.items()}
+            memory_records.append(dict(threads=threads, size=size, system=s, **rss))
+        for threads in [*thread_counts, None]:  # None: each system at its best
+            for cell in configs:
+                summary, cell_records = summarise_cell(
+                    args, race, systems, size, cell, threads, best_of, baseline
                 )
-                for s in systems:
-                    seconds = common.median(times[s, config])
-                    bf16 = s in BF16_SYSTEMS
-                    # HF of the same precision; CTranslate2 in fp32 (it has no CPU bf16).
-                    vs = {
-                        "hf": per_round(cell_times, "hf-bf16" if bf16 else "hf", s),
-                        "ct2-fp32": per_round(cell_times, "ct2-fp32", s),
-                        "ct2-int8": per_round(cell_times, "ct2-int8", s),
-                        "ct2-int8-vmap": per_round(cell_times, "ct2-int8-vmap", s),
-                        "baseline": per_round(cell_times, baseline, s)
-                        if baseline and s == "aiayn"
-                        else None,
-                    }
-                    reference = same_as(s)
-                    same = None
-                    if reference in systems:
-                        same = agreement(
-                            outputs[reference, beam, batch],
-                            outputs[s, beam, batch],
-                            args.tgt_len - 1,
-                        )
-                    record = dict(
-                        threads=threads,
-                        size=size,
-                        search=search,
-                        batch=batch,
-                        system=s,
-                        tokens_per_s=n_tokens / seconds,
-                        ms_per_call=1000 * seconds,
-                        times_s=times[s, config],
-                        speedup_vs_hf=vs["hf"],
-                        speedup_vs_ct2_fp32=vs["ct2-fp32"],
-                        speedup_vs_ct2_int8=vs["ct2-int8"],
-                        speedup_vs_ct2_int8_vmap=vs["ct2-int8-vmap"],
-                        speedup_vs_baseline=vs["baseline"],
-                        same_outputs_as_aiayn=same,
-                        same_outputs_as=reference if same is not None else None,
-                    )
-                    records.append(record)
-                    rows.append(
-                        [
-                            threads,
-                            size,
-                            search,
-                            batch,
-                            LABELS[s],
-                            record["tokens_per_s"],
-                            record["ms_per_call"],
-                            _ratio(vs["hf"]),
-                            _ratio(vs["ct2-fp32"]),
-                            _ratio(vs["ct2-int8"]),
-                            "" if same is None else f"{same}/{batch}",
-                            *([] if not baseline else [_ratio(vs["baseline"])]),
-                        ]
-                    )
+                cells.append(summary)
+                records += cell_records
+                rows += [
+                    [
+                        *(r[k] for k in ("threads", "size", "search", "batch")),
+                        LABELS[r["system"]],
+                        r["tokens_per_s"],
+                        r["ms_per_call"],
+                        _ratio(r["speedup_vs_hf"]),
+                        _ratio(r["speedup_vs_ct2_fp32"]),
+                        _ratio(r["speedup_vs_ct2_int8"] or r["speedup_vs_ct2_int8_vmap"]),
+                        "" if r["same_outputs_as_aiayn"] is None
+                        else f"{r['same_outputs_as_aiayn']}/{r['batch']}",
+                        *([] if not baseline else [_ratio(r["speedup_vs_baseline"])]),
+                    ]
+                    for r in cell_records
+                ]  # fmt: skip
+                chosen = summary.get("threads_chosen", {})
                 cell_rows.append(
                     [
-                        threads,
-                        size,
-                        search,
-                        batch,
-                        *(cells[-1]["tokens_per_s"][s] for s in systems),
+                        *(summary[k] for k in ("threads", "size", "search", "batch")),
+                        *(
+                            f"{summary['tokens_per_s'][s]:,.0f}"
+                            + (f" ({chosen[s]})" if s in chosen else "")
+                            for s in systems
+                        ),
                         LABELS.get(summary["best_system"], ""),
                         _ratio(summary["best_vs_ct2_int8"]),
                         _ratio(summary["fp32_vs_ct2_fp32"]),
-                        "" if cells[-1]["shortlist_size"] is None else cells[-1]["shortlist_size"],
+                        "" if summary["shortlist_size"] is None else summary["shortlist_size"],
                     ]
                 )
 
     print(
         f"\nDecoding, {args.src_len} source tokens -> exactly {args.tgt_len} target tokens, "
-        f"{args.threads} threads, median of {args.rounds} interleaved calls; "
-        f"{common.device_name(args.device)}\n"
+        f"{args.threads} threads and each system at its best (threads chosen by the "
+        f"calibration, in brackets), median of {args.passes} x {args.rounds} calls, one "
+        f"system at a time; {common.device_name(args.device)}\n"
     )
     print(
         common.table(
@@ -518,17 +531,28 @@ def main() -> None:
         {
             "args": {k: str(v) for k, v in vars(args).items()},
             "method": (
-                f"{len(systems)} systems in worker processes of their own, each with passive "
-                "OpenMP waiting (OMP_WAIT_POLICY=PASSIVE, KMP_BLOCKTIME=0: no thread spins "
-                "while another system is timed), one warm-up call (a compiled step compiles "
-                "there) "
-                f"and {args.rounds} timed calls per setting, taking turns call by call (the "
-                "order rotated every round); ratios are medians of the per-round ratios, so "
-                "that load from other processes on the machine falls on every system alike. "
-                "Memory: each worker's VmHWM (/proc/PID/status) after loading its model and "
-                "after its last call. The shortlist is built from a synthetic parallel corpus "
-                "(common.synthetic_parallel)."
+                f"{len(systems)} systems, each in worker processes of its own, one process "
+                "alive at a time (benchmarks/decode_race.py): no system's threads run or "
+                "spin while another's are timed, and no OpenMP wait policy is forced on any. "
+                f"First an untimed calibration ({args.calibration_calls} calls per cell after "
+                "a warm-up, each system at each thread count) fixes each system's best "
+                f"thread count per cell; then {args.passes} passes (the system order reversed "
+                "on every other pass), each a fresh process per system and thread count: one "
+                f"warm-up call per cell (a compiled step compiles there), {args.rounds} "
+                "timed rounds of one call per cell. Rows with threads 'best' take each "
+                "system's timed calls at the thread count its calibration chose. Ratios are "
+                "medians of the ratios of calls of the same pass and round. A shortlist is "
+                "compared only with CTranslate2 given the same candidates (its vocabulary "
+                "map). Memory: each worker's VmHWM (/proc/PID/status) after loading its "
+                "model and after its last call. The shortlist is built from a synthetic "
+                "parallel corpus (common.synthetic_parallel)."
             ),
+            "settings": {
+                "environment": decode_race.stated_settings(),
+                "threads": "OMP_NUM_THREADS and MKL_NUM_THREADS per worker; torch.set_num_threads "
+                "for aiayn and HF, intra_threads (inter_threads 1) for CTranslate2",
+            },
+            "load_per_process": load_records,
             "best_of": best_of,
             "best_rule": "preference",  # the first of best_of that ran, fixed in advance
             "shortlist": shortlist_setting,
