@@ -16,7 +16,11 @@ rows, after a warm-up of the same length, and reports the median time of one ste
   AOTInductor (`torch._inductor.aoti_compile_and_package`), then loaded and called;
 - "ct2-fp32", "ct2-int8" (with `--marian`): CTranslate2's whole decoding step on the
   same weights, from its greedy `translate_batch` forced to `--steps` tokens, less the
-  same call forced to one (the encoder and the set-up), over the remaining steps.
+  same call forced to one (the encoder and the set-up), over the remaining steps, in a
+  process of its own that has exited before the next system runs.
+
+`--dtype int8` freezes aiayn's model as `freeze(model, torch.int8)` does (the step's
+bound, `bench_step_bound`, divides these step times by the memory traffic's bound).
 
 `--marian` builds the model as a random-weight Marian of `common`'s shape (`small`: 3+3
 layers of 256, 4 heads) read by aiayn, so that CTranslate2 runs the same weights; the
@@ -48,10 +52,10 @@ CT2_SYSTEMS = ("ct2-fp32", "ct2-int8")
 GEMM_OPS = ("addmm", "mm", "bmm", "linear", "_linear_pointwise", "linear_dynamic", "matmul")
 
 
-def build_model(size: str, max_len: int):
+def build_model(size: str, max_len: int, dtype: str = "fp32"):
     import torch
 
-    from aiayn import ModelConfig, build_model, freeze
+    from aiayn import ModelConfig, build_model
 
     torch.manual_seed(0)
     if size == "tiny":
@@ -66,23 +70,31 @@ def build_model(size: str, max_len: int):
             max_len=max_len,
             dropout=0.0,
         )
-    return freeze(build_model(cfg).eval())
+    return frozen(build_model(cfg).eval(), dtype)
 
 
-def marian_model(size: str, directory: Path):
+def marian_model(size: str, directory: Path, dtype: str = "fp32"):
     """A random-weight Marian of `common.SHAPES[size]` saved in `directory`, read by aiayn
-    and frozen in fp32."""
-    from aiayn import freeze
+    and frozen in `dtype`."""
     from aiayn.io.marian import load_marian_model
 
     common.save_random_marian(size, directory)
-    return freeze(load_marian_model(directory).eval())
+    return frozen(load_marian_model(directory).eval(), dtype)
+
+
+def frozen(model, dtype: str):
+    """`freeze(model)` in fp32, or `freeze(model, torch.int8)`: int8 as `--dtype int8` ships it."""
+    import torch
+
+    from aiayn import freeze
+
+    return freeze(model, torch.int8 if dtype == "int8" else None)
 
 
 def ct2_step(system: str, marian: Path, slots: int, steps: int, src_len: int, threads: int):
     """CTranslate2's decoding step in ms: greedy decoding forced to `steps` tokens, less
     forced to 1, divided by the `steps - 1` steps between (medians of 5 each); the call is
-    bench_decode's, with CTranslate2's own latency settings."""
+    bench_decode's, with CTranslate2's own latency settings. Run by `ct2_step_alone`."""
     from benchmarks.decode_systems import ct2_runner
 
     quantization = system.removeprefix("ct2-")
@@ -101,6 +113,17 @@ def ct2_step(system: str, marian: Path, slots: int, steps: int, src_len: int, th
     whole = statistics.median(call(steps) for _ in range(5))
     first = statistics.median(call(1) for _ in range(5))
     return {"system": system, "slots": slots, "ms_per_step": 1000 * (whole - first) / (steps - 1)}
+
+
+def ct2_step_alone(*args) -> dict:
+    """`ct2_step(*args)` in a fresh process of its own, which has exited when this returns:
+    CTranslate2's OpenMP threads never share this process's cores with torch's, and no
+    wait policy is forced on either (issue 44)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(ct2_step, *args).result()
 
 
 def time_steps(step, n: int) -> list[float]:
@@ -245,6 +268,12 @@ def main() -> None:
     parser.add_argument("--src-len", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=5, help="turns of every system")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--dtype",
+        default="fp32",
+        choices=("fp32", "int8"),
+        help="aiayn's weights: fp32, or int8 as freeze(model, torch.int8) makes them",
+    )
     parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"of {SYSTEMS}")
     parser.add_argument("--quick", action="store_true", help="tiny model, 1 slot, 8 steps")
     parser.add_argument(
@@ -257,8 +286,8 @@ def main() -> None:
     if args.quick:
         args.size, args.slots, args.steps, args.src_len, args.rounds = "tiny", "1", 8, 10, 1
     # before torch starts OpenMP: AOTInductor's library would use every core otherwise
+    # (CTranslate2 inherits it in its own process; no wait policy is set: issue 44)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # torch and CTranslate2 share it
     systems = args.systems.split(",")
     known = SYSTEMS + (CT2_SYSTEMS if args.marian else ())
     unknown = [s for s in systems if s not in known]
@@ -269,9 +298,9 @@ def main() -> None:
     if args.marian:
         if args.size == "tiny" or args.quick:
             parser.error("--marian takes --size small or base (common's shapes)")
-        model = marian_model(args.size, workdir / "marian")
+        model = marian_model(args.size, workdir / "marian", args.dtype)
     else:
-        model = build_model(args.size, max_len=max(64, args.steps + args.src_len + 2))
+        model = build_model(args.size, max(64, args.steps + args.src_len + 2), args.dtype)
     measured = []
     for _ in range(args.rounds):  # the systems take turns, round by round
         for slots in map(int, args.slots.split(",")):
@@ -279,7 +308,7 @@ def main() -> None:
                 try:
                     if system in CT2_SYSTEMS:
                         marian = workdir / "marian"
-                        record = ct2_step(
+                        record = ct2_step_alone(
                             system, marian, slots, args.steps, args.src_len, args.threads
                         )
                     else:
@@ -290,7 +319,8 @@ def main() -> None:
     records = combine(measured)
     load = os.getloadavg()
     print(
-        f"\nOne decoding step, {args.size} model, {args.threads} thread(s), median over "
+        f"\nOne decoding step, {args.size} model in {args.dtype}, {args.threads} thread(s), "
+        "median over "
         f"{args.rounds} rounds of each round's median of {args.steps} steps; load average "
         f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {common.device_name('cpu')}\n"
     )
