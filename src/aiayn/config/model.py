@@ -1,4 +1,4 @@
-"""Configuration: one frozen dataclass per concern, validated on construction.
+"""`ModelConfig`: the network's hyper-parameters, validated on construction.
 
 `ModelConfig` describes the network of section 3 of "Attention Is All You Need"
 (Vaswani et al., 2017). Its presets are the paper's models:
@@ -20,23 +20,18 @@ presets too, overridden the same way:
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import inspect
-import types
-import typing
 from collections.abc import Mapping
 from dataclasses import InitVar, dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any
 
 from aiayn import plugins
-
-if TYPE_CHECKING:
-    import torch
-
-
-EnumT = TypeVar("EnumT", bound=Enum)
+from aiayn.config.fields import (
+    check_field_types,
+    config_from_dict,
+    config_to_dict,
+    enum_member,
+)
 
 
 class Activation(str, Enum):
@@ -48,133 +43,6 @@ class Activation(str, Enum):
     SWISH = "swish"
 
 
-def enum_member(kind: type[EnumT], value: Any, name: str) -> EnumT:
-    """`value` as a member of the enum `kind` (its value or itself).
-
-    Raises:
-        ValueError: naming `name`, the choices and `value`.
-    """
-    try:
-        return kind(value)
-    except ValueError:
-        choices = ", ".join(member.value for member in kind)
-        raise ValueError(f"{name} must be one of {choices}, got {value!r}") from None
-
-
-def plain(value: Any) -> Any:
-    """A config value as plain types (enums as their values, tuples as lists), for YAML/JSON."""
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, tuple | list):
-        return [plain(v) for v in value]
-    return value
-
-
-def config_to_dict(config: Any) -> dict[str, Any]:
-    """A config dataclass as plain types (see `plain`), for YAML/JSON."""
-    return {k: plain(v) for k, v in dataclasses.asdict(config).items()}
-
-
-def config_from_dict(cls: type, values: dict[str, Any]) -> Any:
-    """Build the config dataclass `cls` from `values`; unknown keys raise a ValueError naming them."""
-    unknown = sorted(set(values) - config_fields(cls))
-    if unknown:
-        raise ValueError(f"unknown {cls.__name__} field(s): {', '.join(unknown)}")
-    return cls(**values)
-
-
-def config_fields(cls: type) -> set[str]:
-    """The names a config dataclass is built from: its fields, and the old spellings it
-    still reads (init-only, e.g. `ModelConfig.attention_window`)."""
-    return set(inspect.signature(cls).parameters)
-
-
-@functools.cache
-def _field_types(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _fits(value: Any, kind: Any) -> bool:
-    """Whether `value` is of the annotated type `kind` (lists stand for tuples, as in YAML)."""
-    origin, args = typing.get_origin(kind), typing.get_args(kind)
-    if origin in (typing.Union, types.UnionType):
-        return any(_fits(value, arg) for arg in args)
-    if kind is type(None):
-        return value is None
-    if kind is bool:
-        return isinstance(value, bool)
-    if kind is int:  # a bool is an int to Python, not to a recipe
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if kind is str:
-        return isinstance(value, str)
-    if isinstance(kind, type) and issubclass(kind, Enum):
-        return isinstance(value, kind | str)  # the value's spelling is `enum_member`'s to check
-    if origin is tuple:
-        if not isinstance(value, tuple | list):
-            return False
-        if len(args) == 2 and args[1] is Ellipsis:
-            return all(_fits(v, args[0]) for v in value)
-        return len(value) == len(args) and all(
-            _fits(v, a) for v, a in zip(value, args, strict=True)
-        )
-    return True
-
-
-def _type_words(kind: Any) -> str:
-    """An annotated type as a recipe's author would say it: "an integer or null"."""
-    origin, args = typing.get_origin(kind), typing.get_args(kind)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_type_words(arg) for arg in args)
-    if isinstance(kind, type) and issubclass(kind, Enum):
-        return "one of " + ", ".join(member.value for member in kind)
-    if origin is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return f"a list of ({_type_words(args[0])})"
-        return f"a list of {len(args)} ({', '.join(_type_words(a) for a in args)})"
-    words = {type(None): "null", bool: "true or false", int: "an integer", float: "a number"}
-    return words.get(kind, "a string" if kind is str else str(kind))
-
-
-def check_field_types(config: Any) -> None:
-    """Refuse a field of a config dataclass whose value is not of its annotated type.
-
-    Run first in `__post_init__`, so that a quoted number in YAML ("0.1") or a bool
-    where an integer belongs (`keep_last: true`) is named, not met later as a
-    TypeError deep inside a comparison.
-
-    Raises:
-        ValueError: naming the class, the field, the type expected and the value.
-    """
-    cls = type(config)
-    kinds = _field_types(cls)
-    for field in dataclasses.fields(cls):
-        name, kind = field.name, kinds[field.name]
-        value = getattr(config, name)
-        if not _fits(value, kind):
-            raise ValueError(f"{cls.__name__}.{name} must be {_type_words(kind)}, got {value!r}")
-
-
-SEED_MAX = 2**63 - 1
-"""The largest seed taken: torch's generators take up to 2**64 - 1, and a run adds its
-rank to its seed; NumPy's refuse negative seeds."""
-
-
-def check_seed(value: int, name: str) -> None:
-    """Refuse a seed that a random generator would not take (torch, NumPy, `random`).
-
-    Args:
-        value: the seed.
-        name: what to call it in the error (`DecodeConfig.seed`, `--seed`).
-
-    Raises:
-        ValueError: naming `name`, its range [0, 2**63 - 1] and the value.
-    """
-    if not 0 <= value <= SEED_MAX:
-        raise ValueError(f"{name} must lie in [0, 2**63 - 1], got {value}")
-
-
 def _positive(name: str, value: int | None) -> None:
     if value is not None and value <= 0:
         raise ValueError(f"ModelConfig.{name} must be a positive integer, got {value!r}")
@@ -183,46 +51,6 @@ def _positive(name: str, value: int | None) -> None:
 def _probability(name: str, value: float) -> None:
     if not 0.0 <= value < 1.0:
         raise ValueError(f"ModelConfig.{name} must lie in [0, 1), got {value!r}")
-
-
-# ----- decoding settings (`aiayn.inference.search.DecodeConfig`, and the Marian reader) -----
-
-
-class LengthPenalty(str, Enum):
-    """The form of the length penalty lp(Y) that finished scores are divided by."""
-
-    GNMT = "gnmt"  # ((5 + |Y|) / 6)^alpha, Wu et al. 2016 eq. 14 (the paper's, section 6)
-    HF = "hf"  # |Y|^alpha, Hugging Face `transformers`' length_penalty (Marian / opus-mt)
-
-
-class EarlyStopping(str, Enum):
-    """When beam search stops extending a sentence (besides reaching its longest output).
-
-    EXACT: K hypotheses have finished, or earlier, when no live hypothesis can still
-        enter the n-best list (a true bound). The n-best equal those of `transformers`'
-        `early_stopping=True`.
-    HEURISTIC: K have finished and the best live hypothesis, normalised at its
-        current length, scores no better than the worst finished one (`transformers`'
-        `early_stopping=False`, its default and Marian's). Not a bound: a longer
-        hypothesis could still have won.
-    NEVER: as HEURISTIC, normalised at the longest output length (`transformers`'
-        `early_stopping="never"`).
-    """
-
-    EXACT = "exact"
-    HEURISTIC = "heuristic"
-    NEVER = "never"
-
-
-MAX_BEAM = 1024
-"""The widest beam taken. Each step scores beam x vocabulary candidates per sentence
-and keeps beam x length tokens and a key/value cache per hypothesis: a beam of 10**11
-asks for terabytes. Useful beams are far narrower (the paper's is 4)."""
-
-MAX_ALPHA = 10.0
-"""The largest length-penalty exponent taken: ((5 + 4096) / 6) ** 10 is about 2e28,
-still finite in float32, the type scores are ranked in; an exponent of 20 would
-overflow it, and useful ones lie between 0 and 2."""
 
 
 SUBLAYER_KINDS = ("encoder.self", "decoder.self", "decoder.cross")
@@ -581,184 +409,5 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> ModelConfig:
-        """Inverse of `to_dict`; unknown keys raise a ValueError naming them."""
-        return config_from_dict(cls, values)
-
-
-# ----- training ---------------------------------------------------------------------
-
-
-class LRSchedule(str, Enum):
-    """The shape of the learning rate over a run (`TrainConfig.lr_schedule`).
-
-    Both warm up linearly for `warmup` updates to the same peak,
-    `lr_scale * d_model^-0.5 * warmup^-0.5`; then
-    INVERSE_SQRT decays it as `step^-0.5` (section 5.3: the paper's), and
-    LINEAR_DECAY lowers it linearly to zero at the end of the run's budget: the
-    fraction done of the first limit reached (`max_steps`, `max_epochs` or
-    `max_minutes`, the last by the training clock). "Budgeted training" (Li et al.,
-    ICLR 2020) found this shape the best when the budget is known in advance.
-    """
-
-    INVERSE_SQRT = "inverse_sqrt"
-    LINEAR_DECAY = "linear_decay"
-
-
-class Precision(str, Enum):
-    """Floating-point arithmetic of a model, in training or in inference.
-
-    Training (`TrainConfig.precision`) autocasts the forward and backward passes to
-    it; the weights stay fp32. Inference (`aiayn translate --dtype`) casts the
-    weights themselves to `dtype`. torch's names are accepted too:
-    `Precision("bfloat16") is Precision.BF16`. INT8 is inference only (int8
-    products on the CPU, `aiayn.inference.frozen.freeze`); training refuses it.
-    """
-
-    FP32 = "fp32"  # the CPU default
-    BF16 = "bf16"  # autocast to bfloat16 (CUDA's default choice; weights stay fp32)
-    FP16 = "fp16"  # autocast to float16 with a gradient scaler (CUDA only)
-    AUTO = "auto"  # training only: bf16 where the hardware multiplies bf16 natively, else fp32
-    INT8 = "int8"  # inference only, on the CPU: int8 weights, activations quantized per call
-
-    @classmethod
-    def _missing_(cls, value: object) -> Precision | None:
-        return next((p for p, name in _DTYPE_NAMES.items() if name == value), None)
-
-    @property
-    def dtype_name(self) -> str:
-        """torch's name of the dtype: "float32", "bfloat16", "float16" or "int8".
-
-        Raises:
-            ValueError: for AUTO, which names no dtype until a device is known.
-        """
-        if self is Precision.AUTO:
-            raise ValueError(
-                "precision auto has no fixed dtype (training picks bf16 or fp32 per "
-                "device); give fp32, bf16 or fp16"
-            )
-        return _DTYPE_NAMES[self]
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """The torch dtype (see `dtype_name`)."""
-        import torch
-
-        return getattr(torch, self.dtype_name)
-
-
-_DTYPE_NAMES = {
-    Precision.FP32: "float32",
-    Precision.BF16: "bfloat16",
-    Precision.FP16: "float16",
-    Precision.INT8: "int8",
-}
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """How a model is trained: section 5 of the paper plus the run's limits and cadence.
-
-    Args:
-        max_tokens: token budget of one batch per process, each side, padding and
-            specials included (see `aiayn.data.batching`).
-        accumulation: batches per update (update_freq); the paper's ~25,000-token
-            batches are `max_tokens * accumulation * processes`.
-        lr_scale: factor on the schedule `d_model^-0.5 * min(step^-0.5,
-            step * warmup^-1.5)` (section 5.3 uses 1).
-        warmup: warmup steps of the schedule (the paper: 4000).
-        lr_schedule: the rate after warmup: inverse_sqrt (the paper's) or
-            linear_decay (to zero at the end of the budget; see `LRSchedule`).
-        betas, eps: Adam's (the paper: 0.9, 0.98, 1e-9).
-        label_smoothing: epsilon_ls of section 5.4 (0.1).
-        clip_norm: clip the gradient's global L2 norm to this; None = no clipping
-            (the paper does not clip).
-        max_steps, max_epochs, max_minutes: limits; the run stops cleanly, with a
-            checkpoint, at the first one reached. `max_minutes` counts the run's
-            cumulative training time across resumes. At least one must be set.
-        checkpoint_every_steps, checkpoint_every_minutes: save a checkpoint every so
-            many updates / minutes of wall time (either may be None = off).
-        keep_last: step checkpoints kept (older ones are deleted; `best/` stays).
-        valid_every_steps: validation loss and perplexity every so many updates
-            (None = only when the run stops).
-        valid_bleu_sentences: greedy-search BLEU on the first N validation pairs at
-            each validation (0 = off).
-        log_every_steps: a metrics line (and TensorBoard scalars) every so many updates.
-        max_non_finite: this many non-finite losses in a row stop the run.
-        seed: fixes initialisation, data order and dropout.
-        precision: fp32, bf16 or fp16 (see `Precision`).
-        compile: run the model through `torch.compile`.
-
-    Raises:
-        ValueError: a field out of range; the message names the field.
-    """
-
-    max_tokens: int = 4096
-    accumulation: int = 1
-    lr_scale: float = 1.0
-    warmup: int = 4000
-    lr_schedule: LRSchedule = LRSchedule.INVERSE_SQRT
-    betas: tuple[float, float] = (0.9, 0.98)
-    eps: float = 1e-9
-    label_smoothing: float = 0.1
-    clip_norm: float | None = None
-    max_steps: int | None = None
-    max_epochs: float | None = None
-    max_minutes: float | None = None
-    checkpoint_every_steps: int | None = None
-    checkpoint_every_minutes: float | None = 10.0
-    keep_last: int = 5
-    valid_every_steps: int | None = 1000
-    valid_bleu_sentences: int = 0
-    log_every_steps: int = 100
-    max_non_finite: int = 5
-    seed: int = 0
-    precision: Precision = Precision.FP32
-    compile: bool = False
-
-    def __post_init__(self) -> None:
-        def fail(name: str, rule: str) -> ValueError:
-            return ValueError(f"TrainConfig.{name} must be {rule}, got {getattr(self, name)!r}")
-
-        check_field_types(self)
-        for name in ("max_tokens", "accumulation", "warmup", "keep_last", "log_every_steps"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise fail(name, "a positive integer")
-        if self.max_non_finite < 1:
-            raise fail("max_non_finite", "a positive integer")
-        for name in ("max_steps", "checkpoint_every_steps", "valid_every_steps"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise fail(name, "a positive integer or null")
-        for name in ("max_epochs", "max_minutes", "checkpoint_every_minutes", "clip_norm"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise fail(name, "a positive number or null")
-        if self.max_steps is None and self.max_epochs is None and self.max_minutes is None:
-            raise ValueError("TrainConfig needs a limit: set max_steps, max_epochs or max_minutes")
-        if not self.lr_scale > 0:
-            raise fail("lr_scale", "positive")
-        if not self.eps > 0:
-            raise fail("eps", "positive")
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise fail("label_smoothing", "in [0, 1)")
-        if self.valid_bleu_sentences < 0:
-            raise fail("valid_bleu_sentences", "0 (off) or positive")
-        check_seed(self.seed, "TrainConfig.seed")
-        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
-            raise fail("betas", "two numbers in [0, 1)")
-        object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
-        precision = enum_member(Precision, self.precision, "TrainConfig.precision")
-        if precision is Precision.INT8:
-            raise fail("precision", "fp32, bf16, fp16 or auto (int8 is for inference only)")
-        object.__setattr__(self, "precision", precision)
-        schedule = enum_member(LRSchedule, self.lr_schedule, "TrainConfig.lr_schedule")
-        object.__setattr__(self, "lr_schedule", schedule)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain types only, for YAML and JSON."""
-        return config_to_dict(self)
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
         """Inverse of `to_dict`; unknown keys raise a ValueError naming them."""
         return config_from_dict(cls, values)
