@@ -10,8 +10,9 @@ Candidates, each timed in the same process, taking turns call by call:
 
 - fp32: `aiayn.inference.frozen.FrozenLinear` (what `freeze` builds in float32: oneDNN's packed
   weight from 512 x 512 up, a contiguous W^T below).
-- int8 fbgemm / int8 onednn: `aiayn.inference.frozen.Int8Linear` with that engine (per-channel
-  int8 weights, activations quantized per token, dynamic quantization kernels).
+- int8 fbgemm / int8 onednn / int8 x86: `aiayn.inference.frozen.Int8Linear` with that engine
+  (per-channel int8 weights, activations quantized per token, dynamic quantization kernels;
+  "x86" is PyTorch's engine that picks fbgemm or oneDNN per product).
 - int8 fbgemm, per tensor: the same without per-token scales (one scale per call).
 - torch._int_mm: the raw int8 GEMM (int32 accumulation) with per-token quantization of x
   and the rescale done in PyTorch ops around it.
@@ -22,12 +23,15 @@ torchao's `Int8DynamicActivationInt8WeightConfig` is not measured: torchao is no
 installed with the project (its releases pin torch versions, and pip must not replace
 the pinned CPU build). A call times `--repeats` products; the table gives microseconds
 per product (median over rounds) and each candidate's speed relative to fp32 (> 1:
-faster than fp32). Writes benchmarks/results/int8-kernels.json.
+faster than fp32). Writes benchmarks/results/int8-kernels.json, with the engine
+`Int8Linear` should use by default (`chosen_engine`, `choose_engine`): the one of
+highest geometric-mean speed over every shape at decoding's row counts (1 to 128).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 import time
 import warnings
@@ -49,6 +53,8 @@ SHAPES = {  # name -> (out, in)
     "output (base)": (8000, 512),
 }
 ROWS = (1, 4, 32, 128, 960)
+DECODING_ROWS = (1, 4, 32, 128)  # the rows a decoding step multiplies; 960 is the encoder's
+ENGINES = ("fbgemm", "onednn", "x86")
 
 
 def int_mm_product(weight: torch.Tensor, bias: torch.Tensor) -> Callable[[torch.Tensor], object]:
@@ -83,7 +89,7 @@ def quantize_dynamic_product(weight: torch.Tensor, bias: torch.Tensor):
 
 def candidates(weight: torch.Tensor, bias: torch.Tensor) -> dict[str, Callable]:
     made: dict[str, Callable] = {"fp32": FrozenLinear(weight, bias)}
-    for engine in ("fbgemm", "onednn"):
+    for engine in ENGINES:
         if engine in torch.backends.quantized.supported_engines:
             made[f"int8 {engine}"] = Int8Linear(weight, bias, engine=engine)
     made["int8 fbgemm, per tensor"] = Int8Linear(weight, bias, per_token=False)
@@ -95,12 +101,32 @@ def candidates(weight: torch.Tensor, bias: torch.Tensor) -> dict[str, Callable]:
     return made
 
 
+def choose_engine(records: list[dict]) -> tuple[str | None, dict[str, float]]:
+    """The int8 engine of highest geometric-mean speed over fp32 at decoding's row counts.
+
+    Args:
+        records: the results' records (shape, rows, system, vs_fp32); the engines'
+            systems are "int8 ENGINE" (per-token scales, as `Int8Linear` runs).
+
+    Returns:
+        (the engine, or None where none was measured; each engine's geometric mean).
+    """
+    speeds: dict[str, list[float]] = {}
+    for r in records:
+        engine = r["system"].removeprefix("int8 ")
+        if engine in ENGINES and r["rows"] in DECODING_ROWS:
+            speeds.setdefault(engine, []).append(r["vs_fp32"])
+    means = {e: statistics.geometric_mean(v) for e, v in speeds.items()}
+    return (max(means, key=means.get) if means else None), means
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=20, help="products per timed call")
     parser.add_argument("--shapes", default=",".join(SHAPES))
+    parser.add_argument("--results", default="int8-kernels", help="results file name")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -133,7 +159,11 @@ def main() -> None:
                     )  # fmt: skip
                     rows.append([shape, n_rows, name, f"{us:,.1f}", f"{speed:.2f}x"])
     print(common.table(["shape", "rows", "product", "us", "vs fp32"], rows))
-    path = common.write_json("int8-kernels", {"args": vars(args), "results": records})
+    chosen, means = choose_engine(records)
+    print(f"int8 engines, geometric-mean speed over fp32 at {DECODING_ROWS} rows: {means}")
+    print(f"chosen: {chosen} (aiayn.inference.frozen.INT8_ENGINE must say the same)")
+    payload = {"args": vars(args), "results": records, "chosen_engine": chosen}
+    path = common.write_json(args.results, {**payload, "engine_speed": means})
     print(f"written {path}")
 
 

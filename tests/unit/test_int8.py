@@ -90,7 +90,7 @@ def test_int8_linear_takes_bfloat16_input_and_an_all_zero_row():
 
 
 def test_int8_linear_refuses_what_it_cannot_run(monkeypatch):
-    with pytest.raises(ValueError, match="engine must be one of fbgemm, onednn, got 'qnnpack'"):
+    with pytest.raises(ValueError, match="one of fbgemm, onednn, x86, got 'qnnpack'"):
         Int8Linear(torch.randn(4, 4), None, engine="qnnpack")
     with pytest.raises(ValueError, match="int8 runs on the CPU; this weight is on meta"):
         Int8Linear(torch.randn(4, 4, device="meta"), None)

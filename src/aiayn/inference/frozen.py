@@ -27,11 +27,14 @@ Blocks are recognised by their attribute names: a layer's `self_attn`,
 `freeze(model, torch.int8)` is CPU inference with int8 weights (`Int8Linear`): each
 product's weight is quantized once, symmetrically per output channel, and its
 activations are quantized per token at run time (dynamic quantization, on
-PyTorch's fbgemm int8 kernels: VNNI where the CPU has it). A product too small for
-int8 to gain (`INT8_MIN_ELEMENTS`) stays float32, and so do embeddings, layer norms
-and the attention arithmetic. The output projection stays float32 unless
-`int8_output=True`: it decides among the candidates, and rounding there changes
-more outputs (docs/explanation/results/cpu-inference.md measures each choice).
+PyTorch's int8 kernels, `INT8_ENGINE`: VNNI where the CPU has it, AMX through
+oneDNN). A product too small for int8 to gain (`INT8_MIN_ELEMENTS`) stays float32,
+and so do embeddings, layer norms and the attention arithmetic. The output
+projection stays float32 unless `int8_output=True`: it decides among the
+candidates, and rounding there changes more outputs
+(docs/explanation/results/cpu-inference.md measures each choice). Every product in
+int8, as CTranslate2's int8 runs (issue 44): `freeze(model, torch.int8,
+int8_output=True, int8_min_elements=0)`.
 
 Two shapes freeze: the encoder-decoder (`FrozenTransformer`) and the decoder-only
 language model (`FrozenDecoderOnly`: the same frozen self-attention and
@@ -168,7 +171,11 @@ def _onednn_pack(weight: Tensor) -> Tensor | None:
         return None
 
 
-_INT8_ENGINES = ("fbgemm", "onednn")  # PyTorch's int8 CPU kernels, the default first
+_INT8_ENGINES = ("fbgemm", "onednn", "x86")  # PyTorch's int8 CPU kernels ("x86" picks one)
+# The engine of `Int8Linear` by default: the faster at decoding's row counts, as
+# `benchmarks/bench_int8_kernels.py` measures and records it (`chosen_engine` in
+# benchmarks/results/int8-kernels.json; tests/unit/test_int8_products.py keeps the two alike).
+INT8_ENGINE = "fbgemm"
 
 
 class Int8Linear(nn.Module):
@@ -183,17 +190,18 @@ class Int8Linear(nn.Module):
     by its largest |x_ti| and the output multiplied back, which gives every row
     (token) the whole int8 range, at the cost of a division and a multiplication.
     Without it the kernel also adds the bias and ReLU. The packed weight carries its
-    engine, whatever `torch.backends.quantized.engine` says later. fbgemm is the
-    default; `benchmarks/bench_int8_kernels.py` times it against oneDNN, per-tensor
-    scales, `torch._int_mm` and `quantize_dynamic` at decoding's and the encoder's
-    row counts (docs/explanation/results/cpu-inference.md). Where only one of fbgemm and
-    oneDNN is built, it serves.
+    engine, whatever `torch.backends.quantized.engine` says later. `INT8_ENGINE` is the
+    default; `benchmarks/bench_int8_kernels.py` times the engines against each other,
+    per-tensor scales, `torch._int_mm` and `quantize_dynamic` at decoding's and the
+    encoder's row counts (docs/explanation/results/cpu-inference.md). Where the engine
+    asked for is not built, another serves.
 
     Args:
         weight: (out, in), float; quantized, not kept.
         bias: (out,) or None.
         relu: apply ReLU to the output.
-        engine: "fbgemm" or "onednn".
+        engine: "fbgemm", "onednn" or "x86" (PyTorch's choice between the two);
+            None: `INT8_ENGINE`.
         per_token: a quantization scale per row of x, rather than one per call.
 
     Raises:
@@ -206,12 +214,13 @@ class Int8Linear(nn.Module):
         weight: Tensor,
         bias: Tensor | None,
         relu: bool = False,
-        engine: str = "fbgemm",
+        engine: str | None = None,
         per_token: bool = True,
     ) -> None:
         super().__init__()
         if weight.device.type != "cpu":
             raise ValueError(f"int8 runs on the CPU; this weight is on {weight.device}")
+        engine = INT8_ENGINE if engine is None else engine
         if engine not in _INT8_ENGINES:
             raise ValueError(f"engine must be one of {', '.join(_INT8_ENGINES)}, got {engine!r}")
         weight = weight.detach().float()
@@ -280,13 +289,15 @@ def _quantized_engines() -> list[str]:
     return list(torch.backends.quantized.supported_engines)
 
 
-def int8_engine(wanted: str = "fbgemm") -> str:
-    """`wanted` ("fbgemm" or "onednn") if this PyTorch has it, else the other.
+def int8_engine(wanted: str | None = None) -> str:
+    """`wanted` (one of "fbgemm", "onednn", "x86"; None: `INT8_ENGINE`) if this PyTorch
+    has it, else another.
 
     Raises:
         RuntimeError: neither fbgemm nor oneDNN is built into this PyTorch.
     """
     engines = _quantized_engines()
+    wanted = INT8_ENGINE if wanted is None else wanted
     if wanted in engines:
         return wanted
     other = next((e for e in _INT8_ENGINES if e in engines), None)
@@ -302,20 +313,31 @@ class _Linears:
     """Builds a frozen model's products: `FrozenLinear`, or `Int8Linear` where int8 runs.
 
     Args:
-        int8: quantize products of at least `INT8_MIN_ELEMENTS` weights.
+        int8: quantize products of at least `int8_min_elements` weights.
         int8_output: quantize the output projection too (with `int8`; see `freeze`).
         int8_per_token: `Int8Linear`'s `per_token`.
+        int8_min_elements: the smallest weight quantized; None: `INT8_MIN_ELEMENTS`.
     """
 
     def __init__(
-        self, int8: bool = False, int8_output: bool = False, int8_per_token: bool = True
+        self,
+        int8: bool = False,
+        int8_output: bool = False,
+        int8_per_token: bool = True,
+        int8_min_elements: int | None = None,
     ) -> None:
         self.int8, self.int8_output, self.per_token = int8, int8_output, int8_per_token
+        self.min_elements = int8_min_elements
+
+    def _quantizes(self, weight: Tensor) -> bool:
+        least = self.min_elements
+        least = int8_weights.INT8_MIN_ELEMENTS if least is None else least
+        return self.int8 and weight.numel() >= least
 
     def __call__(
         self, weight: Tensor, bias: Tensor | None, relu: bool = False
     ) -> FrozenLinear | Int8Linear:
-        if self.int8 and weight.numel() >= int8_weights.INT8_MIN_ELEMENTS:
+        if self._quantizes(weight):
             return Int8Linear(weight, bias, relu, per_token=self.per_token)
         return FrozenLinear(weight, bias, relu)
 
@@ -328,7 +350,7 @@ class _Linears:
 
     def output(self, weight: Tensor, bias: Tensor | None) -> FrozenLinear | Int8Linear:
         """The output projection (one row per hypothesis and step)."""
-        if self.int8 and self.int8_output and weight.numel() >= int8_weights.INT8_MIN_ELEMENTS:
+        if self.int8_output and self._quantizes(weight):
             return Int8Linear(weight, bias, per_token=self.per_token)
         return FrozenLinear(weight, bias, keep_transposed=True)
 
@@ -495,10 +517,13 @@ class FrozenTransformer(Transformer):
         dtype: torch.dtype | None = None,
         int8_output: bool = False,
         int8_per_token: bool = True,
+        int8_min_elements: int | None = None,
     ) -> None:
         nn.Module.__init__(self)
         self.cfg = model.cfg
-        copied, linears = _inference_copy(model, dtype, int8_output, int8_per_token)
+        copied, linears = _inference_copy(
+            model, dtype, int8_output, int8_per_token, int8_min_elements
+        )
         self.encoder = _frozen_stack(copied.encoder, linears)
         self.decoder = _frozen_stack(copied.decoder, linears)
         self.output = linears.output(copied.output_weight(), copied.output_bias)
@@ -536,10 +561,13 @@ class FrozenDecoderOnly(DecoderOnly):
         dtype: torch.dtype | None = None,
         int8_output: bool = False,
         int8_per_token: bool = True,
+        int8_min_elements: int | None = None,
     ) -> None:
         nn.Module.__init__(self)
         self.cfg = model.cfg
-        copied, linears = _inference_copy(model, dtype, int8_output, int8_per_token)
+        copied, linears = _inference_copy(
+            model, dtype, int8_output, int8_per_token, int8_min_elements
+        )
         self.decoder = _frozen_stack(copied.decoder, linears)
         self.output = linears.output(copied.output_weight(), copied.output_bias)
         self.output_proj = self.output_bias = None
@@ -566,6 +594,7 @@ def _inference_copy(
     dtype: torch.dtype | None,
     int8_output: bool = False,
     int8_per_token: bool = True,
+    int8_min_elements: int | None = None,
 ) -> tuple[nn.Module, _Linears]:
     """A deep copy of `model` without gradients, in eval mode, cast to `dtype` if given
     (float32 for int8), and the builder of its products."""
@@ -589,7 +618,7 @@ def _inference_copy(
     for p in set(copied.parameters()) - set(shared):  # the model's own stay as they are
         p.requires_grad_(False)
     copied = copied.to(dtype) if casts else copied
-    return copied, _Linears(int8, int8_output, int8_per_token)
+    return copied, _Linears(int8, int8_output, int8_per_token, int8_min_elements)
 
 
 def _replaced_weights(model: nn.Module) -> list[Tensor]:
@@ -623,6 +652,7 @@ def freeze(
     dtype: torch.dtype | None = None,
     int8_output: bool = False,
     int8_per_token: bool = True,
+    int8_min_elements: int | None = None,
 ) -> FrozenTransformer | FrozenDecoderOnly:
     """A fast inference copy of `model` (see the module), in `dtype` if given.
 
@@ -636,6 +666,9 @@ def freeze(
         int8_per_token: with torch.int8, quantize the activations with one scale
             per row (token), as `Int8Linear` describes; False: one per product
             (faster, further from float32).
+        int8_min_elements: with torch.int8, the fewest weights a product has to be
+            quantized (smaller ones stay float32); None: `INT8_MIN_ELEMENTS`
+            (`aiayn.io.int8_weights`), 0: every product.
 
     Returns:
         A `FrozenTransformer` or `FrozenDecoderOnly` in eval mode; `model` itself is
@@ -654,7 +687,9 @@ def freeze(
         raise TypeError(
             f"architecture {spec.name} ({type(model).__name__}) has no frozen form to freeze into"
         )
-    frozen = frozen_form(model, dtype, int8_output, int8_per_token)
+    frozen = frozen_form(
+        model, dtype, int8_output, int8_per_token, int8_min_elements=int8_min_elements
+    )
     _return_freed_memory()
     return frozen
 
