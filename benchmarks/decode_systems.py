@@ -111,8 +111,7 @@ def aiayn_runner(
 ):
     """aiayn's searches; with `step_threads`, the decoding steps use that many threads.
 
-    `precision`: fp32, bf16 or int8 (`freeze`'s dtype; `int8_output`: its output
-    projection in int8 too); `shortlist`: a saved `aiayn.inference.shortlist.Shortlist` whose
+    `precision`: fp32, bf16 or int8 (`frozen`); `shortlist`: a saved `aiayn.inference.shortlist.Shortlist` whose
     candidates alone the output projection scores; `static`: decode on the step of fixed
     shapes (`aiayn.inference.static_step.StaticDecoder`, batch x beam slots), `compiled`:
     compiled by `torch.compile` in the setting's first (untimed) call; `compile_mode`:
@@ -120,15 +119,12 @@ def aiayn_runner(
     """
     import torch
 
-    from aiayn.inference.frozen import freeze
     from aiayn.inference.search import beam_search, greedy_search
     from aiayn.inference.threads import StepThreads
     from aiayn.io.marian import load_marian_model
 
     common.set_threads(threads)
-    dtype = {"fp32": None, "bf16": torch.bfloat16, "int8": torch.int8}[precision]
-    model = load_marian_model(directory).to(device)
-    model = freeze(model, dtype) if int8_output else freeze(model, dtype, int8_output=False)
+    model = frozen(load_marian_model(directory).to(device), precision, int8_output)
     if shortlist is not None:
         from aiayn.inference.shortlist import Shortlist, Shortlisted
 
@@ -164,6 +160,19 @@ def aiayn_runner(
         return [[*h[0].tokens, common.EOS] for h in hyps]
 
     return run
+
+
+def frozen(model, precision: str, int8_output: bool):
+    """`model` frozen in `precision` (fp32, bf16 or int8); in int8 with `int8_output`,
+    every product in int8, the output projection included (CTranslate2's int8), else
+    as `--dtype int8` ships it (the output projection in float32)."""
+    import torch
+
+    from aiayn.inference.frozen import freeze
+
+    if precision == "int8" and int8_output:
+        return freeze(model, torch.int8, int8_output=True, int8_min_elements=0)
+    return freeze(model, {"fp32": None, "bf16": torch.bfloat16, "int8": torch.int8}[precision])
 
 
 def hf_runner(directory: Path, threads: int, bf16: bool = False, device: str = "cpu"):
