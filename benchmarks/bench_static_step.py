@@ -19,8 +19,9 @@ rows, after a warm-up of the same length, and reports the median time of one ste
   same call forced to one (the encoder and the set-up), over the remaining steps, in a
   process of its own that has exited before the next system runs.
 
-`--dtype int8` freezes aiayn's model as `freeze(model, torch.int8)` does (the step's
-bound, `bench_step_bound`, divides these step times by the memory traffic's bound).
+`--dtype int8` freezes aiayn's model with every product in int8, the output projection
+included, as CTranslate2's int8 runs (`bench_step_bound` sets these step times against
+the bound that memory traffic puts on a step).
 
 `--marian` builds the model as a random-weight Marian of `common`'s shape (`small`: 3+3
 layers of 256, 4 heads) read by aiayn, so that CTranslate2 runs the same weights; the
@@ -83,12 +84,11 @@ def marian_model(size: str, directory: Path, dtype: str = "fp32"):
 
 
 def frozen(model, dtype: str):
-    """`freeze(model)` in fp32, or `freeze(model, torch.int8)`: int8 as `--dtype int8` ships it."""
-    import torch
+    """`freeze(model)` in fp32, or in int8 every product in int8, the output projection
+    included (CTranslate2's int8; `decode_systems.frozen`)."""
+    from benchmarks.decode_systems import frozen as frozen_as
 
-    from aiayn import freeze
-
-    return freeze(model, torch.int8 if dtype == "int8" else None)
+    return frozen_as(model, dtype, int8_output=True)
 
 
 def ct2_step(system: str, marian: Path, slots: int, steps: int, src_len: int, threads: int):
@@ -272,7 +272,7 @@ def main() -> None:
         "--dtype",
         default="fp32",
         choices=("fp32", "int8"),
-        help="aiayn's weights: fp32, or int8 as freeze(model, torch.int8) makes them",
+        help="aiayn's weights: fp32, or int8 in every product",
     )
     parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"of {SYSTEMS}")
     parser.add_argument("--quick", action="store_true", help="tiny model, 1 slot, 8 steps")
