@@ -224,7 +224,7 @@ def worker(args: argparse.Namespace) -> None:
 
     import torch
 
-    from aiayn.configs import find_recipe
+    from aiayn.config.recipes import find_recipe
     from aiayn.training.trainer import train_from_recipe
 
     task = TASKS[args.task]

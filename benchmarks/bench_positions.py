@@ -344,7 +344,7 @@ def library() -> dict[str, str]:
 
 def update_results(key: str, payload: dict[str, Any], path: Path) -> Path:
     """Write `key` of the results file (with the date and machine), keeping its other keys."""
-    from aiayn.files import write_atomic
+    from aiayn.data.files import write_atomic
 
     results = json.loads(path.read_text()) if path.is_file() else {}
     results[key] = {

@@ -40,7 +40,7 @@ from benchmarks import common
 
 def test_sentences(run: Path) -> list[str]:
     """Source sentences of the test split of the corpus named by RUN/config.yaml."""
-    from aiayn.files import read_lines
+    from aiayn.data.files import read_lines
 
     return [line for line in read_lines(common.test_files(run)[0]) if line.strip()]
 
@@ -177,7 +177,7 @@ def main() -> None:
     args = parser.parse_args()
 
     if args.sentences is not None:
-        from aiayn.files import read_lines
+        from aiayn.data.files import read_lines
 
         sentences = [line for line in read_lines(args.sentences) if line.strip()]
     else:

@@ -60,7 +60,7 @@ def translate(run: Path, source: Path, out: Path, system: str, args, threads: in
 def main() -> None:
     import sacrebleu
 
-    from aiayn.files import read_lines
+    from aiayn.data.files import read_lines
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, required=True)

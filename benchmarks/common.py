@@ -219,7 +219,7 @@ def median(values: list[float]) -> float:
 
 
 def machine() -> str:
-    from aiayn.devices import machine as this_machine
+    from aiayn.config.devices import machine as this_machine
 
     return this_machine()
 

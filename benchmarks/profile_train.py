@@ -44,7 +44,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 import aiayn.training.tasks.translation as translation
-from aiayn.configs import recipes_dir
+from aiayn.config.recipes import recipes_dir
 from aiayn.data.corpus import PreparedCorpus
 from aiayn.models import build_model
 from aiayn.training.budget import peaks_reached, training_matmul_flops

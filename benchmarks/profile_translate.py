@@ -74,7 +74,7 @@ def report(name: str, stats: pstats.Stats, top: int) -> None:
 
 def main() -> None:
     from aiayn.apps.translate import Translator
-    from aiayn.files import read_lines
+    from aiayn.data.files import read_lines
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, required=True)

@@ -1,6 +1,6 @@
 """The release step: the packaged quickstart reference, regenerated from the committed results.
 
-    python -m benchmarks.release           # write src/aiayn/configs/quickstart-reference.json
+    python -m benchmarks.release           # write src/aiayn/config/recipes/quickstart-reference.json
     python -m benchmarks.release --check   # exit 1 if that file differs from the results
     make release-reference                 # the first line
 
@@ -21,7 +21,7 @@ import sys
 from benchmarks import report
 
 ROOT = report.ROOT
-REFERENCE = ROOT / "src" / "aiayn" / "configs" / "quickstart-reference.json"
+REFERENCE = ROOT / "src" / "aiayn" / "config" / "recipes" / "quickstart-reference.json"
 
 
 def reference_text() -> str:

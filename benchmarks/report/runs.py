@@ -142,7 +142,7 @@ def quickstart_groups() -> dict[QuickstartKey, list[tuple[str, dict[str, Any]]]]
 def packaged_digest(name: str) -> str | None:
     """The packaged recipe NAME's version now, as `aiayn.apps.quickstart.recipe_digest` writes
     it (the first 12 hex digits of the file's SHA-256); None if no such recipe is packaged."""
-    path = report.ROOT / "src" / "aiayn" / "configs" / name
+    path = report.ROOT / "src" / "aiayn" / "config" / "recipes" / name
     return hashlib.sha256(path.read_bytes()).hexdigest()[:12] if path.is_file() else None
 
 

@@ -9,8 +9,8 @@ The package is layered; each layer imports only from the layers below it:
     inference   freeze (fast frozen models, int8), search, shortlists  |  io: checkpoints, Marian / Hugging Face readers
     models      one module per shape: encoder_decoder, decoder_only, encoder_only
     nn          the paper's blocks: attention, kernels, layers, positions, masks
-    data        corpora, tokenizers, batching
-    config, files, plugins   configs, atomic files, the one plug-in registry
+    data        files on disk (atomic writes, line reading), corpora, tokenizers, batching
+    config      the configs, the one plug-in registry, devices, the packaged recipes
 """
 
 import enum
@@ -18,8 +18,8 @@ import functools
 import warnings
 from typing import Any
 
-from aiayn import _moved
 from aiayn.config import Activation, ModelConfig
+from aiayn.config import moved as _moved
 from aiayn.inference.frozen import freeze
 from aiayn.io.export import export
 from aiayn.models import build_model

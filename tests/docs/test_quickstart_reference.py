@@ -97,7 +97,7 @@ def test_runs_of_another_version_of_the_recipe_are_kept_apart(report, tmp_path, 
             run_results(seed, bleu, 40.0, recipe_sha256=digest),
         )
     monkeypatch.setattr(report, "ROOT", tmp_path / "root")
-    packaged_dir = tmp_path / "root" / "src" / "aiayn" / "configs"
+    packaged_dir = tmp_path / "root" / "src" / "aiayn" / "config" / "recipes"
     packaged_dir.mkdir(parents=True)
     (packaged_dir / "bible-en-es-cpu.yaml").write_bytes(recipe.read_bytes())
     rows = [line for line in report.quickstart().splitlines() if line.startswith("| bible")]

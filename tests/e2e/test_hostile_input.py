@@ -283,7 +283,7 @@ def test_devices_that_cannot_run_a_model_are_refused_by_name(world, no_server, c
 
 
 def test_usable_device_takes_the_cpu_and_names_the_rest():
-    from aiayn.devices import usable_device
+    from aiayn.config.devices import usable_device
 
     assert usable_device("cpu") == torch.device("cpu")
     for name, words in [("meta", "no values"), ("xla", "cannot run"), ("nope", "not a device")]:

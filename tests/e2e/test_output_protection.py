@@ -14,7 +14,7 @@ induction, align) is given, in turn, an output that is:
 with --force wherever the command has it. Each is refused in one line (exit 1), except
 a FIFO or /dev/full given to translate -o, which is written through as a shell's `>`
 would (the bytes arrive; /dev/full reports the full disk); and nothing that was there
-changes, byte for byte (`aiayn.files.check_output`, `aiayn.files.write_fresh_dir`).
+changes, byte for byte (`aiayn.data.files.check_output`, `aiayn.data.files.write_fresh_dir`).
 
 Then one test per class of the issue: a run's own files replaced by export; prepare
 writing over an existing corpus without --force, or leaving a partial OUT when refused;
@@ -38,7 +38,7 @@ from safetensors.torch import load_file, save_file
 from test_output_safety import _digest, _drained
 from typer.testing import CliRunner
 
-import aiayn.files as files
+import aiayn.data.files as files
 from aiayn.cli import app
 from infer_helpers import shape_runs
 from train_helpers import make_corpus

@@ -20,7 +20,7 @@ Making device nodes needs root; elsewhere those cases skip, saying so.
 
 `aiayn convert` never writes over or inside its source, refuses a non-empty OUT
 without --force, and leaves no partial OUT (the source is hashed before and after).
-Every reader of lines refuses a line longer than `aiayn.files.MAX_LINE_BYTES` after
+Every reader of lines refuses a line longer than `aiayn.data.files.MAX_LINE_BYTES` after
 reading about that much, never the whole line.
 """
 
@@ -46,9 +46,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import aiayn.files as files
+import aiayn.data.files as files
 from aiayn.cli import app
-from aiayn.files import WriteFailed, check_output, write_atomic, write_dir_atomic
+from aiayn.data.files import WriteFailed, check_output, write_atomic, write_dir_atomic
 from train_helpers import RECIPE, make_corpus
 
 NULL, FULL = os.makedev(1, 3), os.makedev(1, 7)

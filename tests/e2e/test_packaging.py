@@ -28,7 +28,7 @@ from typer.testing import CliRunner
 
 import aiayn
 from aiayn.cli import app
-from aiayn.configs import find_recipe, recipes_dir
+from aiayn.config.recipes import find_recipe, recipes_dir
 from train_helpers import make_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,7 +49,7 @@ def test_find_recipe_names_a_packaged_recipe(tmp_path, monkeypatch):
 
 def test_checkout_configs_is_the_packaged_folder():
     assert (ROOT / "configs").resolve() == recipes_dir()
-    assert Path(aiayn.__file__).resolve().parent / "configs" == recipes_dir()
+    assert Path(aiayn.__file__).resolve().parent / "config" / "recipes" == recipes_dir()
 
 
 def run(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -97,9 +97,9 @@ def installed(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     (wheel,) = (base / "dist").glob("aiayn-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for recipe in recipes_dir().glob("*.yaml"):
-        assert f"aiayn/configs/{recipe.name}" in names, recipe.name
+        assert f"aiayn/config/recipes/{recipe.name}" in names, recipe.name
     assert "aiayn/__main__.py" in names
-    assert "aiayn/configs/quickstart-reference.json" in names  # the reference line
+    assert "aiayn/config/recipes/quickstart-reference.json" in names  # the reference line
 
     venv = base / "venv"
     run([sys.executable, "-m", "venv", "--without-pip", str(venv)], base, env)

@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 
 from aiayn.apps.quickstart import QuickstartConfig, default_recipe, evenly_spaced, recipes_dir
 from aiayn.cli import app
+from aiayn.config.devices import machine
 from aiayn.data.corpus import PreparedCorpus
-from aiayn.devices import machine
-from aiayn.files import read_lines
+from aiayn.data.files import read_lines
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ import torch
 from typer.testing import CliRunner
 
 from aiayn.cli import app
-from aiayn.files import (
+from aiayn.data.files import (
     LockHeld,
     WriteFailed,
     exclusive_lock,

@@ -15,7 +15,7 @@ from test_heads import WordTokenizer, sentence_pairs, tiny_model
 from aiayn import ModelConfig
 from aiayn.analysis.heads import head_report
 from aiayn.analysis.pruning import prune_heads
-from aiayn.configs import recipes_dir
+from aiayn.config.recipes import recipes_dir
 from aiayn.data.lm import TokenBatch, prepare_lm_text
 from aiayn.data.prepare import PrepareConfig
 from aiayn.inference.decoding import start

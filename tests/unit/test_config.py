@@ -123,7 +123,7 @@ def test_precision_takes_both_spellings_and_names_its_dtype():
     ],
 )
 def test_unknown_plugin_names_are_refused_when_the_config_is_made(overrides, setting, registered):
-    """Plug-in names are the registries' to check, through `aiayn.plugins`, as the config is
+    """Plug-in names are the registries' to check, through `aiayn.config.plugins`, as the config is
     made: a misspelled name never reaches a run."""
     with pytest.raises(ValueError, match=rf"'wavelet' \({setting}\); registered: .*{registered}"):
         ModelConfig.tiny(vocab_size=50, **overrides)

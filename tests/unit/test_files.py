@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aiayn.files import (
+from aiayn.data.files import (
     TextEncodingError,
     decode_lines,
     lines_text,

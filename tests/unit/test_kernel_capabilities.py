@@ -13,13 +13,13 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from aiayn import ModelConfig, build_model
+from aiayn.config.plugins import Registry, UnknownPlugin
 from aiayn.inference.static_step import StaticStep
 from aiayn.io.checkpoint import CONFIG_KEY, load_model, save_model
 from aiayn.io.export.targets import ExportError, hf_target
 from aiayn.nn.kernels import KERNELS, Kernel
 from aiayn.nn.kernels.sdpa import attend
 from aiayn.nn.kernels.sliding_window import SlidingWindowKernel, band_mask
-from aiayn.plugins import Registry, UnknownPlugin
 from aiayn.training.recipe import recipe_from_dict
 
 

@@ -19,7 +19,7 @@ from torch import nn
 
 import aiayn
 from aiayn import ModelConfig
-from aiayn.configs import recipes_dir
+from aiayn.config.recipes import recipes_dir
 from aiayn.data.lm import prepare_lm_text
 from aiayn.data.prepare import PrepareConfig
 from aiayn.inference.search import greedy_search

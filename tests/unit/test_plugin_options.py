@@ -10,10 +10,10 @@ import torch
 import yaml
 
 from aiayn.config import ModelConfig
+from aiayn.config.plugins import Registry
 from aiayn.models import build_model
 from aiayn.nn.positions.relative import RelativePositionBias
 from aiayn.nn.positions.rotary import RotaryPositions, rotary_angles
-from aiayn.plugins import Registry
 from aiayn.training.recipe import CONFIG_FILE, check_same_run, recipe_from_dict
 from aiayn.training.tasks import build_task
 from aiayn.training.tasks.mlm import Masking, mask_tokens

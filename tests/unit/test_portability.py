@@ -15,7 +15,7 @@ import torch
 import aiayn.training.precision as precision_module
 from aiayn.apps.quickstart import other_machine_line
 from aiayn.config import Precision
-from aiayn.devices import cpu_model, machine
+from aiayn.config.devices import cpu_model, machine
 from aiayn.training.precision import auto_choice, choice_line
 
 VARIANTS = Path(__file__).resolve().parents[1] / "variants"

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from aiayn import ModelConfig, build_model, freeze
-from aiayn.configs import find_recipe
+from aiayn.config.recipes import find_recipe
 from aiayn.inference.search import greedy_search
 from aiayn.io.checkpoint import load_model, save_model
 from aiayn.models import spec_of

@@ -65,7 +65,7 @@ def test_train_help_names_every_packaged_recipe():
     from typer.testing import CliRunner
 
     from aiayn.cli import app
-    from aiayn.configs import recipe_names, recipes_dir
+    from aiayn.config.recipes import recipe_names, recipes_dir
 
     names = recipe_names()
     assert names == sorted(p.name.removesuffix(".yaml") for p in recipes_dir().iterdir()

@@ -68,8 +68,8 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from aiayn.data.files import strict_json, write_atomic
 from aiayn.data.tokenizer import Tokenizer
-from aiayn.files import strict_json, write_atomic
 from aiayn.models.encoder_decoder import Transformer
 from aiayn.training.tasks.translation import encode_pairs
 

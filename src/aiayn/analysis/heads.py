@@ -76,8 +76,8 @@ from tqdm.auto import tqdm
 from aiayn.analysis.viz import AttentionKind, write_png
 from aiayn.data.batch import Batch
 from aiayn.data.batching import token_budget_batches
+from aiayn.data.files import strict_json, write_atomic
 from aiayn.data.tokenizer import Tokenizer
-from aiayn.files import strict_json, write_atomic
 from aiayn.models.encoder_decoder import Transformer, attention_sublayers
 from aiayn.nn.attention import MultiHeadAttention
 from aiayn.training.loss import label_smoothed_cross_entropy

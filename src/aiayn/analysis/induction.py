@@ -49,7 +49,7 @@ from torch import Tensor, nn
 from aiayn.analysis.heads import plot_head_metric
 from aiayn.analysis.patching import grid_to_json
 from aiayn.analysis.viz import write_png
-from aiayn.files import strict_json, write_atomic
+from aiayn.data.files import strict_json, write_atomic
 from aiayn.models.decoder_only import DecoderOnly
 from aiayn.nn.attention import MultiHeadAttention, regular_groups
 from aiayn.nn.hooks import hooks, run_with_cache

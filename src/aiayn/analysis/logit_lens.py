@@ -35,8 +35,8 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from aiayn.analysis.viz import Translating, write_png
+from aiayn.data.files import strict_json, write_atomic
 from aiayn.data.tokenizer import Tokenizer
-from aiayn.files import strict_json, write_atomic
 from aiayn.inference.search import DecodeConfig, search
 from aiayn.models.encoder_decoder import Decoder, PreSoftmaxProjection, Transformer
 from aiayn.nn.hooks import run_with_cache

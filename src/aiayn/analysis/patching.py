@@ -43,8 +43,8 @@ from torch import Tensor, nn
 from aiayn.analysis.heads import KIND_TITLES
 from aiayn.analysis.viz import AttentionKind, write_png
 from aiayn.config import enum_member
+from aiayn.data.files import strict_json, write_atomic
 from aiayn.data.tokenizer import Tokenizer
-from aiayn.files import strict_json, write_atomic
 from aiayn.nn.hooks import HookFunction, hooks, run_with_cache
 
 Metric = Callable[[Tensor], Tensor | float]

@@ -45,7 +45,7 @@ import torch
 from torch import Tensor, nn
 
 from aiayn.config import SUBLAYER_KINDS, enum_member, split_sublayer
-from aiayn.files import strict_json, write_dir_atomic
+from aiayn.data.files import strict_json, write_dir_atomic
 from aiayn.io import hf_models
 from aiayn.io.checkpoint import (
     TOKENIZER_FILE,

@@ -27,8 +27,8 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from aiayn.data.files import write_file_atomic
 from aiayn.data.tokenizer import Tokenizer
-from aiayn.files import write_file_atomic
 from aiayn.inference.search import Decodable, DecodeConfig, Hypothesis, search
 from aiayn.models.encoder_decoder import AttentionMaps, Transformer
 

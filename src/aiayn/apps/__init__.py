@@ -13,6 +13,6 @@ def verb_of(architecture: str) -> str | None:
     """The `aiayn` command that runs models of `architecture` (None: no command does).
 
     Raises:
-        aiayn.plugins.UnknownPlugin: no shape of that name.
+        aiayn.config.plugins.UnknownPlugin: no shape of that name.
     """
     return shape_spec(architecture).verb

@@ -41,13 +41,13 @@ import yaml
 from aiayn.analysis.viz import plot_translation_attention
 from aiayn.apps.translate import Translator
 from aiayn.config import check_seed
-from aiayn.configs import find_recipe, recipes_dir
+from aiayn.config.devices import cpu_model, machine, usable_device
+from aiayn.config.recipes import find_recipe, recipes_dir
 from aiayn.data.batching import TokenBatcher
 from aiayn.data.corpus import CORPUS_FILE, PreparedCorpus
+from aiayn.data.files import strict_json, write_atomic
 from aiayn.data.prepare import BIBLE_VOCAB_SIZE, PrepareConfig, prepare_bible
 from aiayn.data.tokenizer import TOKENIZER_FILE
-from aiayn.devices import cpu_model, machine, usable_device
-from aiayn.files import strict_json, write_atomic
 from aiayn.io.checkpoint import (
     BEST_DIR,
     WEIGHTS_FILE,
@@ -91,7 +91,7 @@ class QuickstartConfig:
         minutes: total training time of the run (cumulative over calls).
         device: "cpu" or "cuda" (or "cuda:N").
         recipe: the training recipe; by default the packaged
-            `aiayn/configs/bible-en-es-{cpu,gpu}.yaml`.
+            `aiayn/config/recipes/bible-en-es-{cpu,gpu}.yaml`.
         overrides: extra `section.key=value` settings for the recipe.
         vocab_size: the shared subword vocabulary of the prepared corpus.
         average_last: average this many of the last checkpoints; 1 (the default)

@@ -158,7 +158,7 @@ ForceOpt = Annotated[
 
 
 def check_device(device: str) -> None:
-    from aiayn.devices import usable_device
+    from aiayn.config.devices import usable_device
 
     usable_device(device, "--device")
 

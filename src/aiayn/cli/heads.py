@@ -50,7 +50,7 @@ def attention(
     """
     from aiayn.analysis.viz import plot_translation_attention
     from aiayn.apps.model_use import ENCODER_DECODER
-    from aiayn.files import check_output
+    from aiayn.data.files import check_output
     from aiayn.inference.search import DecodeConfig
 
     warnings_to_stderr()
@@ -141,7 +141,7 @@ def heads(
     """What each head does: entropy, confidence, positions, importance; JSON, PNG, markdown."""
     from aiayn.analysis.heads import HEADS_FILE, head_report, write_head_report
     from aiayn.data.corpus import read_parallel
-    from aiayn.files import check_output
+    from aiayn.data.files import check_output
 
     warnings_to_stderr()
     try:

@@ -58,7 +58,7 @@ def lens(
         write_logit_lens,
     )
     from aiayn.apps.model_use import DECODER_ONLY, ENCODER_DECODER
-    from aiayn.files import check_output
+    from aiayn.data.files import check_output
 
     warnings_to_stderr()
     try:
@@ -143,7 +143,7 @@ def patch(
     taken from the clean run into the corrupted one (translation and GPT runs)."""
     from aiayn.analysis.patching import patch_text, write_patching
     from aiayn.apps.model_use import DECODER_ONLY, ENCODER_DECODER
-    from aiayn.files import check_output
+    from aiayn.data.files import check_output
 
     warnings_to_stderr()
     try:
@@ -186,7 +186,7 @@ def induction(
     previous-token and copying scores on bos + random tokens repeated twice."""
     from aiayn.analysis.induction import repeated_random_tokens, score_model, write_induction
     from aiayn.apps.model_use import DECODER_ONLY
-    from aiayn.files import check_output
+    from aiayn.data.files import check_output
 
     warnings_to_stderr()
     try:
@@ -257,7 +257,7 @@ def align(
     from aiayn.analysis.alignment import align_pairs, write_alignment
     from aiayn.apps.model_use import ENCODER_DECODER
     from aiayn.data.corpus import read_parallel
-    from aiayn.files import check_output
+    from aiayn.data.files import check_output
 
     warnings_to_stderr()
     try:

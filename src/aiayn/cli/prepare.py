@@ -106,9 +106,9 @@ def _run_prepare(
     """Run a prepare function and report its corpus, a line per split; or exit 1 with the
     error in one line, without a traceback.
 
-    OUT is checked first (`aiayn.files.check_output`, named `option`): never an input,
+    OUT is checked first (`aiayn.data.files.check_output`, named `option`): never an input,
     nor inside or around one; one that holds something only with --force."""
-    from aiayn.files import check_output
+    from aiayn.data.files import check_output
 
     info_to_stderr()
     try:
@@ -261,8 +261,8 @@ def prepare_listops_command(
     import json
     from dataclasses import asdict
 
+    from aiayn.data.files import check_output
     from aiayn.data.listops import MANIFEST, ListOpsConfig, write_listops
-    from aiayn.files import check_output
 
     info_to_stderr()
     try:
@@ -293,7 +293,7 @@ def prepare_bible_books_command(
     held out by chapter (aiayn.data.bible_books)."""
     from aiayn.data.bible import EnglishSource
     from aiayn.data.bible_books import PassageConfig, write_bible_books
-    from aiayn.files import check_output
+    from aiayn.data.files import check_output
 
     info_to_stderr()
     try:

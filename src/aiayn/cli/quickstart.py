@@ -93,7 +93,7 @@ def quickstart(
     """The demo: prepare the Bible (English -> Spanish), train, evaluate, translate, plot."""
     from aiayn.apps.quickstart import QuickstartConfig, default_device, run_quickstart
     from aiayn.data.bible import SwordModuleMissing
-    from aiayn.files import check_output
+    from aiayn.data.files import check_output
     from aiayn.inference.search import DecodeConfig
 
     warnings_to_stderr()

@@ -22,7 +22,7 @@ from aiayn.cli.common import (
     utf8,
     warnings_to_stderr,
 )
-from aiayn.configs import recipe_names
+from aiayn.config.recipes import recipe_names
 
 
 @command(
@@ -64,8 +64,8 @@ def train(
     """Train a Transformer from a recipe; checkpoints, metrics and logs go to --run."""
     import logging
 
-    from aiayn.configs import find_recipe
-    from aiayn.files import check_output
+    from aiayn.config.recipes import find_recipe
+    from aiayn.data.files import check_output
     from aiayn.training.trainer import train_from_recipe
 
     config = find_recipe(config)
@@ -141,7 +141,7 @@ def evaluate(
 
     Search settings not given are the model's, as in `aiayn translate`.
     """
-    from aiayn.files import check_output, read_lines
+    from aiayn.data.files import check_output, read_lines
     from aiayn.training import evaluate as scoring
 
     warnings_to_stderr()

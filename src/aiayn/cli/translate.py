@@ -73,7 +73,7 @@ def translate(
     """
     import sys
 
-    from aiayn.files import check_output, decode_lines, read_lines
+    from aiayn.data.files import check_output, decode_lines, read_lines
 
     warnings_to_stderr()
     given = {"beam": beam, "alpha": alpha, "extra_len": extra_len}
@@ -113,7 +113,7 @@ def _write_lines(lines: list[str], output: Path | None) -> None:
     """To stdout, or to `output` atomically (an earlier file survives a failure)."""
     import sys
 
-    from aiayn.files import lines_text, write_atomic
+    from aiayn.data.files import lines_text, write_atomic
 
     text = lines_text(lines)
     if output is None:
@@ -154,8 +154,8 @@ def shortlist_build_command(
     import logging
 
     from aiayn.apps.translate import find_tokenizer
+    from aiayn.data.files import check_output
     from aiayn.data.tokenizer import SentencePieceTokenizer
-    from aiayn.files import check_output
     from aiayn.inference.shortlist import build_from_files
     from aiayn.io.checkpoint import resolve_weights
     from aiayn.io.marian import MarianTokenizer

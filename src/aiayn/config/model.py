@@ -25,7 +25,7 @@ from dataclasses import InitVar, dataclass
 from enum import Enum
 from typing import Any
 
-from aiayn import plugins
+from aiayn.config import plugins
 from aiayn.config.fields import (
     check_field_types,
     config_from_dict,
@@ -139,12 +139,12 @@ class ModelConfig:
             starts from bos_id, which may equal pad_id (Marian starts from pad).
 
     The plug-in names (`attention`, `positional`, `architecture`) and their options'
-    names are checked here, by the registries that own them (`aiayn.plugins`).
+    names are checked here, by the registries that own them (`aiayn.config.plugins`).
 
     Raises:
         ValueError: on a field out of range or an inconsistent combination; the
             message names the field.
-        aiayn.plugins.UnknownPlugin: a plug-in name no registry holds (a ValueError
+        aiayn.config.plugins.UnknownPlugin: a plug-in name no registry holds (a ValueError
             listing those registered, and any plug-in that failed to load).
     """
 

@@ -39,7 +39,7 @@ from aiayn.data.bible import (
     split_by_chapter,
 )
 from aiayn.data.classification import write_classification_corpus
-from aiayn.files import lines_text, write_dir_atomic
+from aiayn.data.files import lines_text, write_dir_atomic
 
 log = logging.getLogger(__name__)
 
@@ -217,7 +217,7 @@ def write_bible_books(
     Writes a classification corpus (`aiayn.data.classification`: each split's passages
     and labels, a character-level sentencepiece model), each split's verses
     ({split}.where: "Genesis 1:1-20" per line) and `MANIFEST` (settings, sizes, the
-    label set), all at once (`aiayn.files.write_dir_atomic`).
+    label set), all at once (`aiayn.data.files.write_dir_atomic`).
 
     Args:
         out: the directory.

@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from aiayn.data.corpus import CORPUS_FILE, SPLITS, PreparedCorpus
+from aiayn.data.files import lines_text
 from aiayn.data.tokenizer import train_tokenizer
-from aiayn.files import lines_text
 
 TEXT, LABEL = "text", "label"  # the corpus's two "languages"
 TOKENIZER_FILE = "spm.model"

@@ -15,11 +15,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiayn.data.tokenizer import SentencePieceTokenizer
-from aiayn.files import (
+from aiayn.data.files import (
     read_lines,
     write_atomic,  # noqa: F401 (re-exported until its callers move)
 )
+from aiayn.data.tokenizer import SentencePieceTokenizer
 
 SPLITS = ("train", "valid", "test")
 CORPUS_FILE = "corpus.json"

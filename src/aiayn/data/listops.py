@@ -37,7 +37,7 @@ from typing import Union
 from tqdm.auto import tqdm
 
 from aiayn.data.classification import write_classification_corpus
-from aiayn.files import write_dir_atomic
+from aiayn.data.files import write_dir_atomic
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ def write_listops(out: str | Path, cfg: ListOpsConfig | None = None) -> Path:
     expressions and values, no expression in two splits; a sentencepiece model with one
     piece per ListOps token, so that an expression of n tokens is n ids) and
     `MANIFEST`, the settings and split sizes, all at once
-    (`aiayn.files.write_dir_atomic`). A directory whose manifest records the same
+    (`aiayn.data.files.write_dir_atomic`). A directory whose manifest records the same
     settings is kept as it is.
 
     Args:

@@ -36,6 +36,7 @@ from torch import Tensor
 from aiayn.data import bible
 from aiayn.data.batching import TokenBatcher
 from aiayn.data.corpus import SPLITS, STATS_FILE, PreparedCorpus
+from aiayn.data.files import check_output, read_lines, write_fresh_dir
 from aiayn.data.prepare import (
     BIBLE_VOCAB_SIZE,
     PrepareConfig,
@@ -46,7 +47,6 @@ from aiayn.data.prepare import (
     write_corpus,
 )
 from aiayn.data.tokenizer import TOKENIZER_FILE, Tokenizer
-from aiayn.files import check_output, read_lines, write_fresh_dir
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ def prepare_monolingual(
 
     Args:
         splits: documents for "train" (required), "valid" and "test".
-        out: the directory to write, whole (`aiayn.files.write_fresh_dir`).
+        out: the directory to write, whole (`aiayn.data.files.write_fresh_dir`).
         lang: the language code, the files' suffix.
         config: vocabulary size, model type, sample size and seed (its length
             filters do not apply).
@@ -145,7 +145,7 @@ def prepare_monolingual(
     Raises:
         ValueError: no training documents, an unknown split, an empty code, a
             vocabulary sentencepiece cannot train, or an `out` refused (naming why).
-        aiayn.files.WriteFailed: (an OSError) the system refused a write to `out`.
+        aiayn.data.files.WriteFailed: (an OSError) the system refused a write to `out`.
     """
     started = time.perf_counter()
     config = config or PrepareConfig()

@@ -8,7 +8,7 @@ Each source (the Bible, aligned text files, TSV, a Hugging Face dataset) is read
 3. drops training pairs longer than `max_tokens` subwords on either side, or whose
    longer side has more than `max_ratio` times the tokens of the shorter one
    (validation and test keep every non-empty pair, so scores stay comparable),
-4. writes the whole directory `out` at once (`aiayn.files.write_fresh_dir`): it is
+4. writes the whole directory `out` at once (`aiayn.data.files.write_fresh_dir`): it is
    filled under a temporary name and renamed when whole, so a refusal or a failure
    leaves no partial `out`. An `out` that holds something is replaced only with
    `force`, and never one that is, lies inside or holds an input file.
@@ -37,13 +37,13 @@ from aiayn.data.corpus import (
     read_parallel,
     read_tsv,
 )
+from aiayn.data.files import check_output, lines_text, strict_json, write_fresh_dir
 from aiayn.data.tokenizer import (
     TOKENIZER_FILE,
     SentencePieceTokenizer,
     Tokenizer,
     train_tokenizer,
 )
-from aiayn.files import check_output, lines_text, strict_json, write_fresh_dir
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +185,7 @@ def write_corpus(
     corpus: dict,
 ) -> None:
     """Write a computed corpus into the fresh directory `out` (the temporary of
-    `aiayn.files.write_fresh_dir`): the subword model (unless it is there already),
+    `aiayn.data.files.write_fresh_dir`): the subword model (unless it is there already),
     the text files (name -> lines), stats.json (`summary`) and corpus.json (`corpus`)."""
     if tokenizer.path.resolve() != (out / TOKENIZER_FILE).resolve():
         (out / TOKENIZER_FILE).write_bytes(tokenizer.path.read_bytes())
@@ -236,7 +236,7 @@ def prepare_corpus(
 
     Args:
         splits: pairs for "train" (required), "valid" and "test" (may be empty).
-        out: the directory to write, whole (`aiayn.files.write_fresh_dir`).
+        out: the directory to write, whole (`aiayn.data.files.write_fresh_dir`).
         src_lang, tgt_lang: language codes, the file suffixes.
         config: vocabulary and filters (default: `PrepareConfig()`).
         source: where the pairs came from, with counts dropped before this step;
@@ -251,7 +251,7 @@ def prepare_corpus(
     Raises:
         ValueError: no training pairs, an unknown split, equal language codes, a
             vocabulary sentencepiece cannot train, or an `out` refused (naming why).
-        aiayn.files.WriteFailed: (an OSError) the system refused a write to `out`.
+        aiayn.data.files.WriteFailed: (an OSError) the system refused a write to `out`.
     """
     started = time.perf_counter()
     config = config or PrepareConfig()

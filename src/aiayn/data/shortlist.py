@@ -28,8 +28,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
+from aiayn.data.files import read_lines, write_file_atomic
 from aiayn.data.tokenizer import Tokenizer
-from aiayn.files import read_lines, write_file_atomic
 
 log = logging.getLogger(__name__)
 

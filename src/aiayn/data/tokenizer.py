@@ -23,7 +23,7 @@ from typing import Protocol, runtime_checkable
 
 import sentencepiece as spm
 
-from aiayn.files import write_atomic
+from aiayn.data.files import write_atomic
 
 log = logging.getLogger(__name__)
 

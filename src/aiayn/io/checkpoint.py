@@ -24,8 +24,8 @@ from safetensors.torch import save_model as _save_weights
 from torch import nn
 
 from aiayn.config import ModelConfig
+from aiayn.data.files import strict_json, write_dir_atomic, write_file_atomic
 from aiayn.data.tokenizer import TOKENIZER_FILE as TOKENIZER_FILE  # RUN/spm.model, below
-from aiayn.files import strict_json, write_dir_atomic, write_file_atomic
 from aiayn.io.int8_weights import dequantize_weight, int8_weight_names, quantize_weight
 from aiayn.models import build_model
 from aiayn.models.encoder_decoder import Transformer
@@ -386,7 +386,7 @@ def save_checkpoint(
         The checkpoint directory.
 
     Raises:
-        aiayn.files.WriteFailed: (an OSError) the disk is full or not writable; it
+        aiayn.data.files.WriteFailed: (an OSError) the disk is full or not writable; it
             names the checkpoint directory, and the earlier checkpoints are intact.
     """
     target = Path(run_dir) / "checkpoints" / f"{STEP_PREFIX}{step:08d}"
@@ -397,7 +397,7 @@ def save_checkpoint(
         if pause:
             time.sleep(pause)
         # An open file, not a path: then a full disk surfaces as the OSError behind
-        # torch's RuntimeError (see aiayn.files.system_error).
+        # torch's RuntimeError (see aiayn.data.files.system_error).
         with open(tmp / TRAINER_FILE, "wb") as file:
             torch.save(trainer_state, file)
 

@@ -57,7 +57,7 @@ from typing import Any
 import torch
 
 from aiayn.config import Activation, ModelConfig
-from aiayn.files import write_atomic, write_fresh_dir
+from aiayn.data.files import write_atomic, write_fresh_dir
 from aiayn.io.checkpoint import WEIGHTS_FILE, save_model
 from aiayn.io.hf_config import (
     MAX_POSITIONS,
@@ -450,7 +450,7 @@ def _tokenizer_files(directory: Path, model_type: str) -> list[str]:
 
 def _convert(directory: str | Path, out: str | Path, model_type: str, force: bool) -> Path:
     """`convert_gpt2` / `convert_bert`: load with `load_<model_type>`, write into a fresh
-    OUT (`aiayn.files.write_fresh_dir`); the weights file written."""
+    OUT (`aiayn.data.files.write_fresh_dir`); the weights file written."""
     directory, out = Path(directory), Path(out)
     load = {"gpt2": load_gpt2, "bert": load_bert}[model_type]
 
@@ -480,7 +480,7 @@ def convert_gpt2(directory: str | Path, out: str | Path, force: bool = False) ->
     OUT must not exist or be empty (unless `force`: then it is replaced whole), and
     is never the source directory, inside it or holding it. It is built under a
     temporary name and renamed when whole, so a directory that cannot be converted,
-    or a full disk, leaves OUT as it was (`aiayn.files.write_fresh_dir`).
+    or a full disk, leaves OUT as it was (`aiayn.data.files.write_fresh_dir`).
 
     Args:
         directory: the GPT-2 directory, as `transformers` saves it.
@@ -494,7 +494,7 @@ def convert_gpt2(directory: str | Path, out: str | Path, force: bool = False) ->
         FileNotFoundError, HFFormatError: as `load_gpt2`, or when no tokenizer
             (tokenizer.json, or vocab.json + merges.txt) is there.
         ValueError: an OUT refused (naming why), or a source file that cannot be read.
-        aiayn.files.WriteFailed: (an OSError) the system refused a write to OUT.
+        aiayn.data.files.WriteFailed: (an OSError) the system refused a write to OUT.
     """
     return _convert(directory, out, "gpt2", force)
 
@@ -514,6 +514,6 @@ def convert_bert(directory: str | Path, out: str | Path, force: bool = False) ->
     Raises:
         FileNotFoundError, HFFormatError: as `load_bert`, or when no tokenizer
             (tokenizer.json or vocab.txt) is there.
-        ValueError, aiayn.files.WriteFailed: as `convert_gpt2`.
+        ValueError, aiayn.data.files.WriteFailed: as `convert_gpt2`.
     """
     return _convert(directory, out, "bert", force)

@@ -53,7 +53,7 @@ from aiayn.config import (
     LengthPenalty,
     ModelConfig,
 )
-from aiayn.files import write_atomic, write_fresh_dir
+from aiayn.data.files import write_atomic, write_fresh_dir
 from aiayn.io.checkpoint import WEIGHTS_FILE, save_model
 from aiayn.io.hf_config import (
     MAX_POSITIONS,
@@ -538,7 +538,7 @@ def convert_marian(
     OUT must not exist or be empty (unless `force`: then it is replaced whole), and
     is never the source directory, inside it or holding it. It is built under a
     temporary name and renamed when whole, so a directory that cannot be converted,
-    or a full disk, leaves OUT as it was (`aiayn.files.write_fresh_dir`).
+    or a full disk, leaves OUT as it was (`aiayn.data.files.write_fresh_dir`).
 
     Args:
         directory: the Marian directory, as `transformers` saves it.
@@ -553,7 +553,7 @@ def convert_marian(
         FileNotFoundError, MarianFormatError: as `load_marian_model`, or for a
             missing tokenization file.
         ValueError: an OUT refused (naming why), or a source file that cannot be read.
-        aiayn.files.WriteFailed: (an OSError) the system refused a write to OUT.
+        aiayn.data.files.WriteFailed: (an OSError) the system refused a write to OUT.
     """
     directory, out = Path(directory), Path(out)
     write_fresh_dir(directory, out, lambda tmp: _write_converted(directory, tmp, int8), force)

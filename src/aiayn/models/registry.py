@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-from aiayn.plugins import Registry
+from aiayn.config.plugins import Registry
 
 if TYPE_CHECKING:
     from aiayn.config import ModelConfig
@@ -122,7 +122,7 @@ def add_to_shape(name: str, **parts: Any) -> None:
             "user" (a class) and "verb" (a command name).
 
     Raises:
-        aiayn.plugins.UnknownPlugin: no shape of that name.
+        aiayn.config.plugins.UnknownPlugin: no shape of that name.
         TypeError: a part that is not one of `PARTS`, or a class named by a string
             (an import string would hide a link from the layer check).
     """
@@ -161,7 +161,7 @@ def shape_spec(architecture: str) -> ShapeSpec:
     """The spec of `architecture`.
 
     Raises:
-        aiayn.plugins.UnknownPlugin: no shape of that name (a ValueError listing them).
+        aiayn.config.plugins.UnknownPlugin: no shape of that name (a ValueError listing them).
     """
     return SHAPES.get(architecture)
 

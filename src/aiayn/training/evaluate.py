@@ -21,7 +21,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
-from aiayn.files import lines_text, strict_json, write_atomic
+from aiayn.data.files import lines_text, strict_json, write_atomic
 
 _COMPOUND = re.compile(r"(\S)-(\S)")
 TOKENIZED_BLEU_LABEL = (

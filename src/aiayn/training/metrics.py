@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from aiayn.files import strict_json
+from aiayn.data.files import strict_json
 
 log = logging.getLogger(__name__)
 

@@ -56,8 +56,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from aiayn.config import TrainConfig
-from aiayn.devices import usable_device
-from aiayn.files import (
+from aiayn.config.devices import usable_device
+from aiayn.data.files import (
     LockHeld,
     check_output,
     exclusive_lock,
@@ -333,7 +333,7 @@ class Trainer:
             The metrics (None on other ranks or without validation data).
 
         Raises:
-            aiayn.files.WriteFailed: the disk is full (writing `best`); on every rank.
+            aiayn.data.files.WriteFailed: the disk is full (writing `best`); on every rank.
         """
         metrics = on_main_rank(self.env, self.device, self._validate, "could not validate")
         # On every rank, not only where `record_validation` ran: `_finish` decides by it
@@ -358,7 +358,7 @@ class Trainer:
         """Write a step checkpoint (rank 0; every rank contributes its RNG state).
 
         Raises:
-            aiayn.files.WriteFailed: the disk is full or not writable; on every rank.
+            aiayn.data.files.WriteFailed: the disk is full or not writable; on every rank.
         """
         rng = distributed.all_gather_object(rng_state())
         parts = (self.optimizer, self.scheduler, self.scaler)
@@ -518,7 +518,7 @@ def train_from_recipe(
         FileNotFoundError: the recipe or the corpus is missing.
         ValueError: a bad recipe, a run directory of a different recipe, or one
             that another trainer holds.
-        aiayn.files.WriteFailed: (an OSError) the disk is full or not writable; the
+        aiayn.data.files.WriteFailed: (an OSError) the disk is full or not writable; the
             message names the path, and the run resumes once it can be written.
     """
     if isinstance(recipe, Recipe):
@@ -595,7 +595,7 @@ def claim_run(
     Raises:
         ValueError: another trainer holds the run (its process id named), or the run
             changed (another recipe) since `check_resumable` looked.
-        aiayn.files.WriteFailed: (an OSError) the disk is full or not writable.
+        aiayn.data.files.WriteFailed: (an OSError) the disk is full or not writable.
     """
     with contextlib.ExitStack() as held:
         on_main_rank(

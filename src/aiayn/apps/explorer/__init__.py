@@ -43,7 +43,7 @@ from aiayn.analysis.heads import KIND_TITLES, HeadKey, HeadSums
 from aiayn.analysis.logit_lens import logit_lens
 from aiayn.analysis.viz import AttentionKind, hypothesis_attention
 from aiayn.apps.translate import Translator
-from aiayn.files import write_atomic
+from aiayn.data.files import write_atomic
 from aiayn.inference.search import DecodeConfig, Hypothesis
 
 STATIC_DIR = Path(__file__).parent / "static"

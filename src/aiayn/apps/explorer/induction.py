@@ -25,7 +25,7 @@ from typing import Any
 from matplotlib import colormaps
 
 from aiayn.analysis.induction import InductionScores
-from aiayn.files import write_atomic
+from aiayn.data.files import write_atomic
 
 # score name -> (heading, colour scale's low and high end)
 SCORES = {

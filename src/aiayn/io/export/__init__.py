@@ -43,7 +43,7 @@ nearly so for unigram ones (a warning says so); BERT's reads [CLS] ... eos [SEP]
 
 What no target expresses exactly is refused with a one-line `ExportError` naming
 the setting and the target, before anything is written; OUT is written under a
-temporary name and renamed when whole (`aiayn.files.write_fresh_dir`).
+temporary name and renamed when whole (`aiayn.data.files.write_fresh_dir`).
 
 Generation differs in one place no setting bridges: aiayn's length penalty is the
 paper's ((5 + |Y|) / 6)^alpha, `transformers`' is |Y|^alpha. The export writes the

@@ -9,7 +9,7 @@ from typing import Any
 
 from torch import nn
 
-from aiayn.files import strict_json
+from aiayn.data.files import strict_json
 from aiayn.io.checkpoint import find_in_run
 from aiayn.io.export.configs import GenerationSettings
 from aiayn.io.export.targets import (

@@ -11,8 +11,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from aiayn.data.files import write_atomic, write_fresh_dir
 from aiayn.data.tokenizer import TOKENIZER_FILE
-from aiayn.files import write_atomic, write_fresh_dir
 from aiayn.io.export.card import model_card
 from aiayn.io.export.configs import GenerationSettings
 from aiayn.io.export.hf import export_hf, load_for_export

@@ -9,8 +9,8 @@ from safetensors.torch import save_file
 from torch import nn
 
 from aiayn.config import ModelConfig
+from aiayn.data.files import strict_json, write_atomic, write_fresh_dir
 from aiayn.data.tokenizer import TOKENIZER_FILE, SentencePieceTokenizer
-from aiayn.files import strict_json, write_atomic, write_fresh_dir
 from aiayn.io.checkpoint import find_in_run, load_model, read_config, resolve_weights
 from aiayn.io.export.card import model_card
 from aiayn.io.export.configs import GenerationSettings, generation_config, hf_config
@@ -147,7 +147,7 @@ def export_hf(
             weight that is NaN or infinite (named).
         FileNotFoundError: no checkpoint, or no sentencepiece model.
         ValueError: an OUT refused (naming why).
-        aiayn.files.WriteFailed: the system refused a write to OUT.
+        aiayn.data.files.WriteFailed: the system refused a write to OUT.
     """
     model, weights, spm_path = load_for_export(run_or_model, spm)
     target = hf_target(model.cfg)

@@ -7,9 +7,9 @@ import logging
 import tempfile
 from pathlib import Path
 
+from aiayn.data.files import strict_json, write_atomic
 from aiayn.data.lm import CLS, MASK, SEP
 from aiayn.data.tokenizer import SentencePieceTokenizer
-from aiayn.files import strict_json, write_atomic
 from aiayn.io.export.targets import BERT, ExportError
 
 log = logging.getLogger(__name__)

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol
 import torch
 from torch import Tensor
 
-from aiayn.plugins import Registry
+from aiayn.config.plugins import Registry
 
 if TYPE_CHECKING:
     from aiayn.config import ModelConfig
@@ -299,7 +299,7 @@ def kernel_class(name: str) -> type[Kernel]:
     """The kernel class registered as `name`.
 
     Raises:
-        aiayn.plugins.UnknownPlugin: no kernel has that name (a ValueError listing them).
+        aiayn.config.plugins.UnknownPlugin: no kernel has that name (a ValueError listing them).
     """
     kind = KERNELS.get(str(getattr(name, "value", name)))
     if not (isinstance(kind, type) and issubclass(kind, Kernel)):

@@ -2,7 +2,7 @@
 
 `build_positions(cfg.positional, cfg, causal)` builds a stack's scheme by name;
 `registered()` lists the names. Each module of this package is a scheme that registers
-itself in `POSITIONS` (`aiayn.plugins.Registry`), found on first use:
+itself in `POSITIONS` (`aiayn.config.plugins.Registry`), found on first use:
 
     sinusoidal, sinusoidal_halves  the paper's fixed sinusoids (section 3.5), and Marian's layout
     learned                        one learned vector per position (Table 3, row E)

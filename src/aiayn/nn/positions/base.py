@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from torch import Tensor, nn
 
-from aiayn.plugins import Registry
+from aiayn.config.plugins import Registry
 
 if TYPE_CHECKING:
     from aiayn.config import ModelConfig
@@ -106,7 +106,7 @@ POSITIONS: Registry[PositionFactory] = Registry(
     "ModelConfig.position_options",
 )
 """The position schemes by `ModelConfig.positional`: every module of this package is
-imported on first use (see `aiayn.plugins`)."""
+imported on first use (see `aiayn.config.plugins`)."""
 
 
 def register(

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
 import torch
 from torch import nn
 
-from aiayn.plugins import Registry
+from aiayn.config.plugins import Registry
 
 if TYPE_CHECKING:
     from aiayn.config import TrainConfig

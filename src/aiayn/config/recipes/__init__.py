@@ -23,7 +23,7 @@ def find_recipe(path: Path) -> Path:
     """`path` itself if it exists, else the packaged recipe it names, if one does.
 
     `bible-en-es-cpu` and `bible-en-es-cpu.yaml` both name the packaged
-    `aiayn/configs/bible-en-es-cpu.yaml`; a path with a folder is never looked up.
+    `aiayn/config/recipes/bible-en-es-cpu.yaml`; a path with a folder is never looked up.
     """
     if path.exists() or path.parent != Path("."):
         return path

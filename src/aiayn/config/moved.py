@@ -1,10 +1,11 @@
 """The module paths of the flat layout, kept importable for one release.
 
 aiayn's modules moved into subpackages by layer (`nn`, `models`, `io`, `inference`,
-`training`, `analysis`, `apps`). `import aiayn.attention` and the other old paths still
-work: they give the module at its new path (the same module object, so patching one
-patches the other) with a `DeprecationWarning` that names the new path. This module is
-removed in the next release.
+`training`, `analysis`, `apps`; the ground floor's into `config` and `data`).
+`import aiayn.attention` and the other old paths still work: they give the module at
+its new path (the same module object, so patching one patches the other) with a
+`DeprecationWarning` that names the new path. This module is removed in the next
+release.
 """
 
 from __future__ import annotations
@@ -56,6 +57,11 @@ MOVED = {
     "aiayn.quickstart": "aiayn.apps.quickstart",
     "aiayn.serve": "aiayn.apps.serve",
     "aiayn.explorer": "aiayn.apps.explorer",
+    # the top level's last modules, for a top level of packages
+    "aiayn.files": "aiayn.data.files",
+    "aiayn.plugins": "aiayn.config.plugins",
+    "aiayn.devices": "aiayn.config.devices",
+    "aiayn.configs": "aiayn.config.recipes",
 }
 """Old module path -> new one; a moved package's submodules follow it
 (`aiayn.serve.app` -> `aiayn.apps.serve.app`)."""
