@@ -21,6 +21,7 @@ from benchmarks.report.analysis import (
     pruning,
     shapes,
 )
+from benchmarks.report.bound import step_bound
 from benchmarks.report.cpu_inference import int8_kernels, memory, quality, quality_seeds
 from benchmarks.report.efficient import (
     attention,
@@ -103,6 +104,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "hooks": hooks,
     "memory": memory,
     "int8-kernels": int8_kernels,
+    "step-bound": step_bound,
     "train-profile-bf16": lambda: train_profile("train-profile-bf16"),
 }
 
@@ -129,6 +131,7 @@ WHEN = {
     "hooks": recorded("hooks"),
     "memory": recorded("memory"),
     "int8-kernels": recorded("int8-kernels"),
+    "step-bound": recorded("step-bound"),
     "efficient-attention": lambda: "efficient" in report.load("attention"),
     "train-profile-bf16": recorded("train-profile-bf16"),
     "gpu-attention": recorded("attention-gpu"),
