@@ -217,13 +217,19 @@ def decode_cells(name: str = "decode") -> str:
         shortlisted = vs_int8.get(
             (c["threads"], c["size"], c["search"], c["batch"], "aiayn-shortlist")
         )
+        chosen = c.get("threads_chosen", {})  # threads "best": each system's own count
         rows.append(
             [
                 str(c["threads"]),
                 c["size"],
                 c["search"],
                 str(c["batch"]),
-                *(number(c["tokens_per_s"][s]) if s in c["tokens_per_s"] else "" for s in systems),
+                *(
+                    number(c["tokens_per_s"][s]) + (f" ({chosen[s]})" if s in chosen else "")
+                    if s in c["tokens_per_s"]
+                    else ""
+                    for s in systems
+                ),
                 "" if best is None else CELL_LABELS[best],
                 f"**{ratio(c['best_vs_ct2_int8'])}**" if c["best_vs_ct2_int8"] else "",
                 ratio(shortlisted),
@@ -252,6 +258,12 @@ def decode_cells(name: str = "decode") -> str:
             else ""
         )
         + "."
+        + (
+            ' Threads "best": each system at the thread count an untimed calibration '
+            "chose for it before the timed calls (in brackets), one system's process at a time."
+            if any(c["threads"] == "best" for c in data["cells"])
+            else ""
+        )
     )
     return "\n\n".join([table(headers, rows, left=4), notes, source(name, data)])
 

@@ -146,7 +146,10 @@ def decode_goals() -> list[Goal]:
                  over_fp32, None, old),
         ]  # fmt: skip
     if exists(DECODE_FAIR) and "cells" in report.load(DECODE_FAIR):
-        cells = report.load(DECODE_FAIR)["cells"]
+        every = report.load(DECODE_FAIR)["cells"]
+        # threads "best": each system at the count its calibration chose (decode_race)
+        cells = [c for c in every if c["threads"] != "best"]
+        at_best = [c for c in every if c["threads"] == "best"]
         best = tuple(c["best_vs_ct2_int8"] for c in cells if c["best_vs_ct2_int8"])
         fp32 = tuple(c["fp32_vs_ct2_fp32"] for c in cells if c["fp32_vs_ct2_fp32"])
         work, fair = "decoding, every cell, 1 and 2 threads", (DECODE_FAIR,)
@@ -156,16 +159,27 @@ def decode_goals() -> list[Goal]:
                  "fixed in advance", best, 1.0, fair),
             Goal("decode-cells-fp32", work, "aiayn / CTranslate2", "fp32", fp32, 1.0, fair),
             Goal("decode-cells-int8-better-threads", better, "aiayn best / CTranslate2 int8",
-                 "fixed in advance", better_threads(cells, "best", "ct2-int8"), None, fair),
+                 "fixed in advance", better_threads(cells, "best", "ct2-int8", at_best), None,
+                 fair),
             Goal("decode-cells-fp32-better-threads", better, "aiayn / CTranslate2", "fp32",
-                 better_threads(cells, "aiayn", "ct2-fp32"), None, fair),
+                 better_threads(cells, "aiayn", "ct2-fp32", at_best), None, fair),
         ]  # fmt: skip
     return goals
 
 
-def better_threads(cells: list[dict], ours: str, peer: str) -> tuple[float, ...]:
+def better_threads(
+    cells: list[dict], ours: str, peer: str, at_best: list[dict] | None = None
+) -> tuple[float, ...]:
     """Per cell (shape, search, batch): aiayn's tokens/s at its better thread count over
-    the peer's at its own (`ours` "best": the cell's best aiayn system at each count)."""
+    the peer's at its own (`ours` "best": the cell's best aiayn system at each count).
+
+    `at_best`: the cells of a race that fixed each system's threads by a calibration
+    before its timed calls (threads "best"); their ratios are taken as they are (`ours`
+    "best": best_vs_ct2_int8, else fp32_vs_ct2_fp32), not the faster of the timed counts.
+    """
+    if at_best:
+        field = "best_vs_ct2_int8" if ours == "best" else "fp32_vs_ct2_fp32"
+        return tuple(c[field] for c in at_best if c[field])
     by: dict[tuple, dict[str, float]] = {}
     for c in cells:
         speeds = c["tokens_per_s"]

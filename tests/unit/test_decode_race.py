@@ -168,3 +168,42 @@ def test_a_shortlist_is_compared_only_with_ct2_given_its_candidates():
     assert listed["speedup_vs_ct2_int8_vmap"] == pytest.approx(1.5)
     assert summary["best_vs_ct2_int8"] == pytest.approx(1.5)
     assert summary["tokens_per_s"]["aiayn-shortlist"] == pytest.approx(64.0)  # 32 x 2 / 1 s
+
+
+def test_the_report_reads_each_at_its_best_from_the_calibrated_rows(monkeypatch, tmp_path):
+    """A race's cells at threads 1 and 2 and "best": the every-cell goals read the thread
+    counts; "each at its better thread count" reads the calibrated rows as they are,
+    not the faster of the timed counts; the cells table shows the chosen counts."""
+    import json
+
+    from benchmarks import report
+    from benchmarks.report import speed, verdicts
+
+    def cell(threads, best, fp32, chosen=None):
+        record = dict(
+            threads=threads, size="small", search="greedy", batch=32, best_system="aiayn",
+            best_vs_ct2_int8=best, fp32_vs_ct2_fp32=fp32, shortlist_size=None,
+            tokens_per_s={"aiayn": 1000.0 * best, "ct2-int8": 1000.0},
+        )  # fmt: skip
+        return record if chosen is None else {**record, "threads_chosen": chosen}
+
+    data = {
+        "date": "2026-11-27 15:00",
+        "best_of": ["aiayn"],
+        "best_rule": "preference",
+        "results": [],
+        "cells": [
+            cell(1, 0.8, 0.9),
+            cell(2, 1.4, 1.2),  # the faster timed count, which calibration did not choose
+            cell("best", 0.8, 0.9, {"aiayn": 1, "ct2-int8": 1}),
+        ],
+    }
+    (tmp_path / "decode-fair.json").write_text(json.dumps(data))
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    goals = {g.name: g for g in verdicts.decode_goals()}
+    assert goals["decode-cells-int8"].values == (0.8, 1.4)
+    assert goals["decode-cells-int8-better-threads"].values == (0.8,)
+    assert goals["decode-cells-fp32-better-threads"].values == (0.9,)
+    text = speed.decode_cells("decode-fair")
+    assert "| best | small | greedy | 32 | 1,000 (1) | 800 (1) |" in text
+    assert 'Threads "best": each system at the thread count' in text
