@@ -118,7 +118,8 @@ def add_to_shape(name: str, **parts: Any) -> None:
 
     Args:
         name: the shape's registered name.
-        parts: "frozen" (a class taking (model, dtype, int8_output, int8_per_token)),
+        parts: "frozen" (a class taking (model, dtype, int8_output, int8_per_token,
+            int8_min_elements=...)),
             "user" (a class) and "verb" (a command name).
 
     Raises:
