@@ -34,7 +34,7 @@ PARTS = {
         ("admission (encoder, slots' source)", "inference/engine.py", "_admit"),
         ("beam bookkeeping (Engine._beam)", "inference/engine.py", "_beam"),
         ("  of which the slots' reorder", "inference/static_step.py", "copy_ranges"),
-        ("token rules (apply_rules)", "inference/search.py", "apply_rules"),
+        ("token rules (apply_rules)", "inference/scoring.py", "apply_rules"),
     ],
 }
 

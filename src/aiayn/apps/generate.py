@@ -10,7 +10,7 @@ step then runs one new token through the frozen model (`aiayn.inference.frozen.f
 with `use_static_step`, a step of fixed shapes, compiled or not, `aiayn.inference.static_step`)
 and picks the next one with the search's own pickers (`aiayn.inference.search.greedy_pick`,
 `sampling_picker`: temperature, top-k, top-p, seeded), after the same rules as
-every search (`aiayn.inference.search.next_log_probs`: pad and bos are never generated).
+every search (`aiayn.inference.scoring.next_log_probs`: pad and bos are never generated).
 Generation stops at eos, after `max_new_tokens`, or when the sequence but its last
 token fills the model's `max_len` positions. A prompt longer than `max_len` is
 refused (`PromptError`), not cut.

@@ -9,7 +9,9 @@ returns a `Decoding` (see `Decodable`): the state of one batch (an encoder-decod
 encoder output and key/value cache) with a `step` and a `keep`. The encoder runs once per batch;
 every step feeds the decoder one new token per row and the key/value cache holds
 the prefix, so no step recomputes it. Sentences that are done leave the batch (and the cache) at once, so they stop
-costing compute. Everything inside a step is batched over sentences and beams.
+costing compute. Everything inside a step is batched over sentences and beams. What
+every search shares (the next token's log-probabilities under the token rules, the
+length penalty, the longest output, `Hypothesis`) is `aiayn.inference.scoring`'s.
 
 Conventions, shared by every function here:
     - The output length counts the generated tokens including the final eos.
@@ -45,171 +47,59 @@ from aiayn.config import (
     MAX_BEAM,
     EarlyStopping,
     LengthPenalty,
-    ModelConfig,
     check_field_types,
     check_seed,
     enum_member,
 )
-from aiayn.inference.decoding import Decodable, Decoding, start
+from aiayn.inference.decoding import Decodable, start
+from aiayn.inference.scoring import (
+    NEG_INF,
+    Hypothesis,
+    TokenRules,
+    apply_rules,
+    check_search,
+    length_penalty,
+    max_output_lengths,
+    next_log_probs,
+    normalised,
+    score_dtype,
+)
+
+# The search's names, with those that lived here before `aiayn.inference.scoring` took
+# them (still importable from here).
+__all__ = [
+    "NEG_INF",
+    "TEMPERATURE_RANGE",
+    "Decodable",
+    "DecodeConfig",
+    "EarlyStopping",
+    "Finished",
+    "Hypothesis",
+    "LengthPenalty",
+    "Picker",
+    "TokenRules",
+    "apply_rules",
+    "beam_search",
+    "check_sampling",
+    "filter_logits",
+    "greedy_pick",
+    "greedy_search",
+    "length_penalty",
+    "max_output_lengths",
+    "next_log_probs",
+    "normalised",
+    "sample",
+    "sampling_picker",
+    "search",
+    "top_candidates",
+]
 
 log = logging.getLogger(__name__)
-
-NEG_INF = float("-inf")
 
 TEMPERATURE_RANGE = (1e-6, 1e6)
 """Temperatures taken. The log-probabilities (float32, -log V or above at their
 maximum) divided by one inside stay finite; outside, sampling is already greedy
 (below) or uniform (above) to float32's precision."""
-
-
-@dataclass(frozen=True)
-class Hypothesis:
-    """One output sentence of a search.
-
-    Attributes:
-        tokens: generated ids, without bos and the final eos.
-        log_prob: sum of the model's log-probabilities of the tokens and the eos.
-        score: what the search ranked by: `log_prob / length_penalty(len + 1, alpha)`
-            for beam search, `log_prob` itself for greedy search and sampling.
-            (With `free_forced_eos` a forced final eos adds 0 to `log_prob`.)
-    """
-
-    tokens: list[int]
-    log_prob: float
-    score: float
-
-
-def length_penalty(
-    length: int | float | Tensor, alpha: float, form: LengthPenalty = LengthPenalty.GNMT
-) -> float | Tensor:
-    """The length penalty lp(Y): GNMT's ((5 + |Y|) / 6)^alpha or Hugging Face's |Y|^alpha.
-
-    Beam search ranks finished hypotheses by log P(Y|X) / lp(Y); the paper uses
-    GNMT's form (Wu et al. 2016, eq. 14) with alpha = 0.6 (section 6). alpha = 0
-    gives lp = 1, plain log-probability.
-
-    Args:
-        length: |Y|, output tokens including eos (an int, float or tensor); for the
-            HF form this is `transformers`' generated length, its decoder start
-            token excluded and the final eos included.
-        alpha: the exponent, >= 0.
-        form: GNMT (default) or HF.
-    """
-    if form is LengthPenalty.HF:
-        return length**alpha
-    return ((5.0 + length) / 6.0) ** alpha
-
-
-def max_output_lengths(
-    real_tokens: Tensor, extra_len: int | None, max_len: int, max_output_len: int | None = None
-) -> Tensor:
-    """Longest output per sentence: source length + `extra_len`, at most `max_len`.
-
-    Args:
-        real_tokens: (B, S) bool, True at real source tokens; or (B,) source lengths.
-        extra_len: tokens allowed beyond the source length (the paper: 50); None for
-            no source-relative limit.
-        max_len: the model's `max_len` (the decoder sees bos + all but the last token).
-        max_output_len: an absolute limit as well, if given.
-
-    Returns:
-        (B,) int64, each >= 1.
-    """
-    limit = max_len if max_output_len is None else min(max_len, max_output_len)
-    lengths = real_tokens.sum(dim=1) if real_tokens.dim() == 2 else real_tokens
-    if extra_len is None:
-        return torch.full_like(lengths, limit, dtype=torch.long)
-    return (lengths + extra_len).clamp(min=1, max=limit)
-
-
-@dataclass(frozen=True)
-class TokenRules:
-    """What may follow a prefix, beyond the model's distribution.
-
-    Attributes:
-        banned_ids: never generated, besides pad and bos (which never are).
-        renormalize: after banning (and forcing eos), renormalise the
-            log-probabilities over the tokens left (`transformers`' renormalize_logits).
-        free_forced_eos: where only eos may follow (the longest output), it gets
-            log-probability 0 instead of the model's (`transformers`'
-            forced_eos_token_id replaces the distribution).
-    """
-
-    banned_ids: tuple[int, ...] = ()
-    renormalize: bool = False
-    free_forced_eos: bool = False
-
-
-def next_log_probs(
-    cfg: ModelConfig,
-    decoding: Decoding,
-    last: Tensor,
-    rules: TokenRules,
-    at_limit: Tensor | None = None,
-) -> Tensor:
-    """Log-probabilities of the next token after each row's prefix: (rows, V).
-
-    Rows where `at_limit` (rows,) is True may only end (see `_only_eos`).
-    """
-    logits = decoding.step(last)  # (rows, V), only the new position
-    return apply_rules(cfg, normalised(cfg, logits), rules, at_limit)
-
-
-def normalised(cfg: ModelConfig, logits: Tensor) -> Tensor:
-    """(rows, V) logits -> log-probabilities in at least float32, pad and bos at -inf.
-
-    The logits are taken as this step's own: they may be overwritten."""
-    if logits.dtype in (torch.float16, torch.bfloat16):
-        logits = logits.float()  # sum log-probabilities in at least float32
-    logits = logits.contiguous()  # a copy only if the model returned more positions
-    # In place (the logits are this step's own): no second (rows, V) tensor per step.
-    log_probs = torch.log_softmax(logits, dim=-1, out=logits)
-    log_probs[:, cfg.pad_id] = NEG_INF
-    log_probs[:, cfg.bos_id] = NEG_INF
-    return log_probs
-
-
-def apply_rules(
-    cfg: ModelConfig, log_probs: Tensor, rules: TokenRules, at_limit: Tensor | None = None
-) -> Tensor:
-    """`rules` (banned ids, eos only where `at_limit`, renormalisation) applied to (rows, V)
-    log-probabilities from `normalised` (in place where it can)."""
-    if rules.banned_ids:
-        log_probs[:, list(rules.banned_ids)] = NEG_INF
-    if at_limit is not None:
-        log_probs = _only_eos(log_probs, at_limit, cfg.eos_id, rules.free_forced_eos)
-    if rules.renormalize:
-        log_probs = log_probs.log_softmax(dim=-1)
-    return log_probs
-
-
-def _only_eos(log_probs: Tensor, rows: Tensor, eos_id: int, free: bool = False) -> Tensor:
-    """Forbid every token but eos in the `rows` (N,) of (N, V) that reached their limit.
-
-    With `free`, eos gets log-probability 0 there.
-    """
-    not_eos = torch.ones(log_probs.size(-1), dtype=torch.bool, device=log_probs.device)
-    not_eos[eos_id] = False
-    log_probs = log_probs.masked_fill(rows[:, None] & not_eos, NEG_INF)
-    if free:
-        log_probs[:, eos_id] = log_probs[:, eos_id].masked_fill(rows, 0.0)
-    return log_probs
-
-
-def _score_dtype(decoding: Decoding) -> torch.dtype:
-    """Scores are summed in float32, or in float64 for a float64 model (exactness tests)."""
-    return torch.float64 if decoding.dtype == torch.float64 else torch.float32
-
-
-def _validate(
-    model: Decodable, src: Tensor, extra_len: int | None, max_output_len: int | None = None
-) -> None:
-    if src.dim() != 2 or src.size(0) == 0:
-        raise ValueError(f"src must be a non-empty (batch, length) tensor, got {tuple(src.shape)}")
-    if extra_len is not None and extra_len < 0:
-        raise ValueError(f"extra_len must be >= 0, got {extra_len}")
-    if max_output_len is not None and max_output_len < 1:
-        raise ValueError(f"max_output_len must be >= 1, got {max_output_len}")
 
 
 # ----- greedy search and sampling: one path per sentence ----------------------
@@ -228,14 +118,14 @@ def _one_path_search(
     rules: TokenRules,
 ) -> list[list[Hypothesis]]:
     """Extend one prefix per sentence with `pick` until eos or the length limit."""
-    _validate(model, src, extra_len, max_output_len)
+    check_search(model, src, extra_len, max_output_len)
     cfg = model.cfg
     batch, device = src.size(0), src.device
     decoding = start(model, src)
     max_out = max_output_lengths(decoding.input_lengths, extra_len, cfg.max_len, max_output_len)
     longest = int(max_out.max())
     limits = set(max_out.tolist())  # steps at which some sentence may only end
-    dtype = _score_dtype(decoding)
+    dtype = score_dtype(decoding)
 
     tokens = torch.full((batch, longest + 1), cfg.pad_id, dtype=torch.long, device=device)
     tokens[:, 0] = cfg.bos_id
@@ -486,7 +376,7 @@ def beam_search(
         raise ValueError(f"alpha must lie in [0, {MAX_ALPHA:g}], got {alpha}")
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest must lie in [1, beam={beam}], got {nbest}")
-    _validate(model, src, extra_len, max_output_len)
+    check_search(model, src, extra_len, max_output_len)
     rules = rules or TokenRules()
     cfg = model.cfg
     exact = early_stopping is EarlyStopping.EXACT
@@ -497,7 +387,7 @@ def beam_search(
     max_out = max_output_lengths(decoding.input_lengths, extra_len, cfg.max_len, max_output_len)
     longest = int(max_out.max())
     limits = set(max_out.tolist())  # steps at which some sentence may only end
-    dtype = _score_dtype(decoding)
+    dtype = score_dtype(decoding)
 
     # Live hypotheses: tokens[n, j, t] is token t of beam j (column 0 is bos).
     tokens = torch.full((batch, k, longest + 1), cfg.pad_id, dtype=torch.long, device=device)

@@ -60,7 +60,7 @@ from torch import Tensor, nn
 
 from aiayn.config import ModelConfig
 from aiayn.inference.decoding import new_cache
-from aiayn.inference.search import normalised
+from aiayn.inference.scoring import normalised
 from aiayn.inference.slot_attention import (
     SlotAttention,
     cross_keys_values,
@@ -359,7 +359,7 @@ class StaticStep:
 
     def log_probs(self, tokens: Tensor, positions: Tensor, order: Tensor | None = None) -> Tensor:
         """`logits`, then the search's log-softmax in float32 with pad and bos at -inf
-        (`aiayn.inference.search.normalised`), in the same call.
+        (`aiayn.inference.scoring.normalised`), in the same call.
 
         Returns:
             (N, V) float32 (float64 for a float64 model) log-probabilities; (R, V) with
