@@ -58,12 +58,13 @@ def serve(
     ] = 32 * 2**20,
     threads: Annotated[int, typer.Option(help="torch threads of the inference thread.")] = 1,
     continuous: Annotated[
-        int,
+        int | None,
         typer.Option(
             help="Decode N sentences at once by continuous batching: each joins at the next "
-            "step and leaves when done (0: dynamic batching).",
+            "step and leaves when done (0: dynamic batching; default: the one measured "
+            "faster, see aiayn.apps.decoder_choice).",
         ),
-    ] = 0,
+    ] = None,
     compile: Annotated[
         bool, typer.Option("--compile", help="With --continuous: compile the decoding step.")
     ] = False,
@@ -78,6 +79,9 @@ def serve(
     POST /v1/translate, GET /health /ready /info /metrics; the API's documentation is
     at /docs. SIGTERM finishes the requests in flight, then exits.
     """
+    import dataclasses
+
+    from aiayn.apps.decoder_choice import Use, default_decoder
     from aiayn.apps.serve import ServeConfig, ServerError, create_app, run_server
     from aiayn.apps.translate import Translator
 
@@ -97,7 +101,7 @@ def serve(
             header_timeout_s=header_timeout,
             max_response_bytes=max_response_bytes,
             threads=threads,
-            continuous=continuous,
+            continuous=continuous or 0,  # None: chosen below, once the model's beam is known
             compile=compile,
         )
         if continuous and shortlist is not None:
@@ -114,6 +118,11 @@ def serve(
             )
         else:
             translator = load_translator(run, device, tokenizer, dtype, shortlist)
+        if continuous is None:  # the decoder measured faster at the model's own beam
+            chosen = default_decoder(
+                Use.SERVE, translator.decode.beam, threads, device, shortlist is not None
+            )
+            settings = dataclasses.replace(settings, continuous=chosen.continuous)
         server = create_app(translator, settings, run)
         run_server(server, host, port, access_log)
     except (FileNotFoundError, ValueError, ServerError) as err:

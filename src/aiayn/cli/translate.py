@@ -55,13 +55,14 @@ def translate(
     tokenizer: TokenizerOpt = None,
     shortlist: ShortlistOpt = None,
     continuous: Annotated[
-        int,
+        int | None,
         typer.Option(
             min=0,
             help="Decode N sentences at once on the continuous-batching engine: each "
-            "takes a free slot as another finishes (0: batches of --max-tokens).",
+            "takes a free slot as another finishes (0: batches of --max-tokens; default: "
+            "the one measured faster, see aiayn.apps.decoder_choice).",
         ),
-    ] = 0,
+    ] = None,
     compile: Annotated[
         bool, typer.Option("--compile", help="With --continuous: compile its step first.")
     ] = False,
@@ -73,6 +74,9 @@ def translate(
     """
     import sys
 
+    import torch
+
+    from aiayn.apps.decoder_choice import Use, default_decoder
     from aiayn.data.files import check_output, decode_lines, read_lines
 
     warnings_to_stderr()
@@ -93,6 +97,10 @@ def translate(
             seed=seed,
             **{name: value for name, value in given.items() if value is not None},
         )
+        if continuous is None:  # the decoder measured faster in this setting
+            continuous = default_decoder(
+                Use.FILE, config.beam, torch.get_num_threads(), device, shortlist is not None
+            ).continuous
         results = translator.translate_nbest(
             lines, config, max_tokens, output is not None, continuous, compile
         )
