@@ -20,7 +20,7 @@ Making device nodes needs root; elsewhere those cases skip, saying so.
 
 `aiayn convert` never writes over or inside its source, refuses a non-empty OUT
 without --force, and leaves no partial OUT (the source is hashed before and after).
-Every reader of lines refuses a line longer than `aiayn.data.files.MAX_LINE_BYTES` after
+Every reader of lines refuses a line longer than `aiayn.data.lines.MAX_LINE_BYTES` after
 reading about that much, never the whole line.
 """
 
@@ -47,6 +47,7 @@ import torch
 from typer.testing import CliRunner
 
 import aiayn.data.files as files
+import aiayn.data.lines as lines
 from aiayn.cli import app
 from aiayn.data.files import WriteFailed, check_output, write_atomic, write_dir_atomic
 from train_helpers import RECIPE, make_corpus
@@ -528,7 +529,7 @@ LIMIT = 1000  # MAX_LINE_BYTES, lowered for the tests
 @pytest.fixture
 def small_limit(monkeypatch) -> int:
     # raising=False: on code without the bound the tests fail on behaviour, not here
-    monkeypatch.setattr(files, "MAX_LINE_BYTES", LIMIT, raising=False)
+    monkeypatch.setattr(lines, "MAX_LINE_BYTES", LIMIT, raising=False)  # the reader's own
     return LIMIT
 
 
