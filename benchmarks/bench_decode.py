@@ -313,6 +313,35 @@ def _mb(value: float | None) -> str:
     return "" if value is None else f"{value:,.0f}"
 
 
+def decode_measures(
+    args: argparse.Namespace, systems: list[str], thread_counts: list[int]
+) -> list[dict[str, str]]:
+    """What a results file of this run measures (`benchmarks.report.measures`): the
+    systems' decoding and their workers' memory, in the cells the arguments give."""
+    sizes = " and ".join(args.sizes.split(","))
+    searches = " and ".join("greedy" if b == "1" else f"beam {b}" for b in args.beams.split(","))
+    batches = f"batch {args.batch}" + ("" if args.no_latency else " and 1")
+    threads = " and ".join(map(str, sorted(thread_counts)))
+    threads += " thread" if thread_counts == [1] else " threads"
+    cell = f"random Marian {sizes}, {searches}, {batches}, {threads}, "
+    harness = (
+        "bench_decode's race: one system's process at a time, each system's threads per "
+        "cell chosen by an untimed calibration, no OpenMP wait policy forced"
+    )
+    return [
+        {
+            "system": ", ".join(LABELS[s] for s in systems) + ": decoding",
+            "cell": cell + common.device_name(args.device),
+            "harness": harness,
+        },
+        {
+            "system": "each decoding worker's resident memory",
+            "cell": f"random Marian {sizes}, {common.device_name(args.device)}",
+            "harness": f"{harness}; VmHWM after loading and after decoding",
+        },
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="small,base")
@@ -392,13 +421,13 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown system(s) {', '.join(unknown)}; known: {', '.join(SYSTEMS)}")
     best_of = args.best_of.split(",")
-    if args.quick:
+    if args.quick:  # fp32 peers only
         args.rounds, args.passes, args.calibration_calls = 2, 1, 1
-    if min(args.rounds, args.passes, args.calibration_calls) < 1:
-        parser.error("--rounds, --passes and --calibration-calls are 1 or more")
         systems = [
             s for s in systems if s not in ("ct2-int8", "ct2-int8-vmap") and s not in BF16_SYSTEMS
         ]
+    if min(args.rounds, args.passes, args.calibration_calls) < 1:
+        parser.error("--rounds, --passes and --calibration-calls are 1 or more")
     systems = common.without_unsupported_bf16(systems, BF16_SYSTEMS, args.device)
     workdir = args.workdir or common.default_workdir()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -529,6 +558,7 @@ def main() -> None:
     path = common.write_json(
         args.results or (f"decode-vs-{args.against}" if args.against else "decode"),
         {
+            "measures": decode_measures(args, systems, thread_counts),
             "args": {k: str(v) for k, v in vars(args).items()},
             "method": (
                 f"{len(systems)} systems, each in worker processes of its own, one process "

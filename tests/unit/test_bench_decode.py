@@ -7,6 +7,7 @@ import json
 import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -105,6 +106,27 @@ def test_unknown_systems_and_bad_thread_counts_are_refused(bench, monkeypatch, c
         with pytest.raises(SystemExit):
             bench.main()
         assert said in capsys.readouterr().err
+
+
+def test_a_run_records_what_it_measures_for_the_report(bench, report, monkeypatch):
+    monkeypatch.setattr(bench_common, "machine", lambda: "Test CPU, 2 cores")
+    args = SimpleNamespace(
+        sizes="small,base", beams="1,4", batch=32, no_latency=False, device="cpu"
+    )
+    records = report.measures(
+        {"measures": bench.decode_measures(args, ["aiayn", "ct2-int8"], [2, 1])}
+    )
+    assert records[0] == {
+        "system": "aiayn, CTranslate2 int8: decoding",
+        "cell": "random Marian small and base, greedy and beam 4, batch 32 and 1, 1 and 2 "
+        "threads, Test CPU, 2 cores",
+        "harness": "bench_decode's race: one system's process at a time, each system's "
+        "threads per cell chosen by an untimed calibration, no OpenMP wait policy forced",
+    }
+    assert records[1]["system"] == "each decoding worker's resident memory"
+    args.sizes, args.beams, args.no_latency = "small", "4", True
+    decoding = bench.decode_measures(args, ["aiayn"], [1])[0]
+    assert decoding["cell"] == "random Marian small, beam 4, batch 32, 1 thread, Test CPU, 2 cores"
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux /proc")
