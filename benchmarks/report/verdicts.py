@@ -36,6 +36,10 @@ ENGINE_FILES = {
     "generate": "generate-engine",
     "overhead": "step-overhead",
 }
+# Issue 44's step goal: at batch 1, aiayn's step within 1.3x of the bound memory traffic
+# puts on it (bench_step_bound.py), fp32 and int8.
+STEP_BOUND, STEP_BOUND_GOAL = "step-bound", 1.3
+AIAYN_STEPS = ("cache", "static", "compiled", "aoti")  # bench_static_step's aiayn systems
 # Issue 29's serving goal at 16 clients asks a p99 latency under a second too.
 SERVE_P99_MS = 1000.0
 # GPT generation: the cells of the older runs, each cell read from its newest file.
@@ -54,8 +58,9 @@ class Goal:
     """One goal: what is compared, the values measured, and the goal they are held to.
 
     `rule`: "every" (every value must reach the goal: every cell), "best" (any value:
-    a choice between settings, as between two servers) or "median" (the median over
-    seeds). `unit`: "x" (a speed ratio), "%" (a fraction, shown in percent), "BLEU" or
+    a choice between settings, as between two servers), "median" (the median over
+    seeds) or "at most" (every value must stay at or under the goal: a time as a
+    multiple of a bound). `unit`: "x" (a speed ratio), "%" (a fraction, shown in percent), "BLEU" or
     "BLEU difference" (against a baseline, signed).
     """
 
@@ -73,6 +78,8 @@ class Goal:
     def met(self) -> bool | None:
         if self.goal is None or not self.values:
             return None
+        if self.rule == "at most":
+            return max(self.values) <= self.goal
         judged = {"every": min, "best": max, "median": statistics.median}[self.rule]
         return judged(self.values) >= self.goal
 
@@ -99,6 +106,8 @@ class Goal:
             return ""
         if self.unit == "%":
             return f"{100 * self.goal:g}%"
+        if self.rule == "at most":
+            return f"≤ {self.goal:g}x"
         return f"{self.goal:g}x" if self.unit == "x" else f"≥ {self.shown(self.goal)}"
 
 
@@ -258,6 +267,28 @@ def engine_goals() -> list[Goal]:
     return goals
 
 
+def step_bound_goals() -> list[Goal]:
+    """Batch 1, fp32 and int8: aiayn's fastest step (cached, static, compiled or
+    AOTInductor) per shape and thread count, as a multiple of the bound at the step's own
+    size (bench_step_bound's copy bandwidth over arrays of the step's bytes: the DRAM
+    bound is none where the step's bytes fit in the last-level cache), at most 1.3x."""
+    if not exists(STEP_BOUND):
+        return []
+    best: dict[str, dict[tuple[str, int], float]] = {"fp32": {}, "int8": {}}
+    for s in report.load(STEP_BOUND)["steps"]:
+        if s["slots"] == 1 and s["system"] in AIAYN_STEPS and s["precision"] in best:
+            cell = best[s["precision"]]
+            key = (s["size"], s["threads"])
+            cell[key] = min(cell.get(key, s["times_at_size_bound"]), s["times_at_size_bound"])
+    return [
+        Goal(f"step-bound-{precision}", "decoding step, batch 1",
+             "aiayn's fastest step / the memory-traffic bound", precision,
+             tuple(cell[key] for key in sorted(cell)), STEP_BOUND_GOAL, (STEP_BOUND,),
+             rule="at most")
+        for precision, cell in best.items()
+    ]  # fmt: skip
+
+
 def generate_goals() -> list[Goal]:
     """aiayn fp32 against HF generate fp32 in every cell (shape, batch, threads) of the
     generation runs, each cell from its newest file (generate-engine.json re-measured
@@ -352,6 +383,7 @@ GOAL_GROUPS: tuple[Callable[[], list[Goal]], ...] = (
     decode_goals,
     train_goals,
     engine_goals,
+    step_bound_goals,
     other_goals,
 )
 

@@ -4,13 +4,15 @@ table of the bound (from a hand-made results file)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 from aiayn import ModelConfig, Transformer, freeze
 from benchmarks import report as bench_report
 from benchmarks.bench_step_bound import precision_of, step_bytes
-from benchmarks.report import bound
+from benchmarks.report import bound, verdicts
 
 
 def test_a_tiny_steps_bytes_by_hand():
@@ -106,3 +108,26 @@ def test_the_bound_table_gives_bytes_bandwidth_and_each_systems_multiple(monkeyp
     assert "| small | fp32 | 1 | aiayn, cached step | 2.80 | 2.00x | 3.50x |" in text
     assert "| small | fp32 | 1 | CTranslate2 fp32 | 0.70 | 0.50x | 0.88x |" in text
     assert "position 15" in text and "512 MiB arrays" in text and "32 MiB" in text
+
+
+def test_the_step_goal_takes_aiayns_fastest_step_at_batch_1_against_the_bound_at_its_size(
+    monkeypatch, tmp_path
+):
+    monkeypatch.setattr(bench_report, "RESULTS", tmp_path)
+    assert verdicts.step_bound_goals() == []  # not measured until the quiet run writes it
+    one = dict(size="small", slots=1, threads=1, times_bound=9.0)  # the DRAM bound: not read
+    steps = [
+        dict(one, precision="fp32", system="cache", times_at_size_bound=3.5),
+        dict(one, precision="fp32", system="aoti", times_at_size_bound=1.2),
+        dict(one, precision="fp32", system="ct2-fp32", times_at_size_bound=0.9),  # not aiayn
+        dict(one, precision="fp32", system="static", slots=32, times_at_size_bound=1.0),
+        dict(one, precision="fp32", system="static", size="base", times_at_size_bound=2.0),
+        dict(one, precision="int8", system="static", times_at_size_bound=1.3),
+    ]
+    (tmp_path / "step-bound.json").write_text(json.dumps({**BOUND, "steps": steps}))
+    goals = {g.name: g for g in verdicts.step_bound_goals()}
+    fp32, int8 = goals["step-bound-fp32"], goals["step-bound-int8"]
+    assert fp32.values == (2.0, 1.2)  # base, small: each shape's fastest aiayn step
+    assert fp32.met is False and fp32.goal_text() == "≤ 1.3x"
+    assert int8.values == (1.3,) and int8.met is True  # at the goal: within it
+    assert fp32.files == ("step-bound",) and fp32.precision == "fp32"
