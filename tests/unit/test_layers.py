@@ -57,6 +57,57 @@ def _circles(graph: grimp.ImportGraph) -> list[list[str]]:
     return circles
 
 
+MAX_MODULE_LINES = 700  # issue 43: a module longer than this does more than one job
+MAX_TOP_LEVEL = 12  # issue 43: entries directly under src/aiayn (__pycache__ aside)
+OVER_LENGTH_FOR_NOW = {
+    # 2026-11-27, issue 44: int8 in every product grew the frozen forms past the bound;
+    # the split (e.g. the int8 products into a module of their own) is issue 44's to do.
+    "src/aiayn/inference/frozen.py",
+}
+
+
+def _long_modules(root: Path, folders: list[Path], limit: int) -> dict[str, int]:
+    """Each `.py` under `folders` longer than `limit` lines -> its line count, by its
+    path relative to `root`."""
+    long = {}
+    for folder in folders:
+        for path in sorted(folder.rglob("*.py")):
+            if "__pycache__" in path.parts:
+                continue
+            lines = len(path.read_bytes().splitlines())
+            if lines > limit:
+                long[path.relative_to(root).as_posix()] = lines
+    return long
+
+
+def _top_level(package: Path) -> list[str]:
+    """What lies directly in a package folder, `__pycache__` aside."""
+    return sorted(entry.name for entry in package.iterdir() if entry.name != "__pycache__")
+
+
+def test_no_module_in_the_package_or_the_benchmarks_is_over_700_lines():
+    folders = [ROOT / "src" / "aiayn", ROOT / "benchmarks"]
+    long = _long_modules(ROOT, folders, MAX_MODULE_LINES)
+    over = {path: lines for path, lines in long.items() if path not in OVER_LENGTH_FOR_NOW}
+    assert over == {}, f"split these by concern, each under {MAX_MODULE_LINES} lines: {over}"
+
+
+def test_the_package_top_level_holds_at_most_12_entries():
+    entries = _top_level(ROOT / "src" / "aiayn")
+    assert len(entries) <= MAX_TOP_LEVEL, f"{len(entries)} entries: {entries}"
+
+
+def test_the_size_checks_count_lines_and_entries(tmp_path):
+    (tmp_path / "pkg" / "sub" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "pkg" / "short.py").write_text("x = 1\n" * 700)
+    (tmp_path / "pkg" / "sub" / "long.py").write_text("x = 1\n" * 701)
+    (tmp_path / "pkg" / "sub" / "__pycache__" / "cached.py").write_text("x = 1\n" * 900)
+    (tmp_path / "pkg" / "notes.txt").write_text("x\n" * 900)
+    assert _long_modules(tmp_path, [tmp_path / "pkg"], 700) == {"pkg/sub/long.py": 701}
+    (tmp_path / "pkg" / "__pycache__").mkdir()
+    assert _top_level(tmp_path / "pkg") == ["notes.txt", "short.py", "sub"]
+
+
 def test_imports_point_down_the_layers():
     # In a process of its own: import-linter reconfigures logging for the process it runs in.
     check = (
