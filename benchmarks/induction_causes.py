@@ -31,7 +31,7 @@ import torch
 from aiayn.analysis.induction import repeat_losses, repeated_random_tokens
 from aiayn.config import LRSchedule, ModelConfig, TrainConfig
 from aiayn.data.lm import SequenceBatches, read_documents
-from aiayn.data.repeated import prepare_lm_repeated, symbol_ids
+from aiayn.data.repeated import RepeatedConfig, prepare_lm_repeated, symbol_ids
 from aiayn.models import build_model
 from aiayn.training.distributed import DistEnv
 from aiayn.training.optim import build_optimizer, build_scheduler
@@ -53,7 +53,28 @@ RECIPE: dict[str, Any] = dict(
     dropout=0.0,
     label_smoothing=0.0,
     positional="learned",  # the recipe's (GPT's); --positional rotary for faster runs
+    d_model=128,
+    n_heads=8,
+    corpus="repeated",  # `aiayn prepare lm repeated` with its defaults
+    row_tokens=98,  # the longest line with its marker and eos (data "lines": 32 rows a batch)
+    decay_steps=None,  # linear decay reaches 0 here (None: at --updates)
 )
+# configs/gpt-induction-repeated-cpu.yaml's settings (`--recipe repeated`): one line of 62
+# symbols (a repeated pair inside random filler) per block of 64, linear decay.
+REPEATED_RECIPE: dict[str, Any] = dict(
+    RECIPE,
+    max_len=64,
+    schedule="linear_decay",
+    warmup=100,
+    lr_scale=0.12,  # peak 1.5e-3 at d_model 64
+    positional="rotary",
+    d_model=64,
+    n_heads=4,
+    corpus="filler",  # --line-length 62 --max-length 31
+    row_tokens=64,
+    decay_steps=2000,  # the recipe's max_steps
+)
+RECIPES = {"bible": RECIPE, "repeated": REPEATED_RECIPE}
 # ... and each variant's changes. "plain" is the issue's plain loop: AdamW (PyTorch's
 # defaults: betas 0.9, 0.999, eps 1e-8, weight decay 0.01) at a constant 1e-3, 32 rows.
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -67,17 +88,37 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "linear_decay": dict(schedule="linear_decay", lr_scale=0.32),
     "lines": dict(data="lines"),
     "blocks_128": dict(max_len=128, max_tokens=4224),
+    "pure_lines": dict(data="lines", corpus="pure"),  # lines of the pair alone, no filler
+    "constant_pure_lines": dict(schedule="constant", data="lines", corpus="pure"),
+    "constant_lr_2e-3": dict(schedule="constant", lr=2e-3),
+    "heads_8": dict(n_heads=8),  # d_model 64 in 8 heads of 8 (`--recipe repeated`)
+    "heads_8_constant_lr": dict(n_heads=8, schedule="constant"),
+    "heads_8_decay_4000": dict(n_heads=8, decay_steps=4000),  # the decay of max_steps 4000
+    "heads_8_decay_4000_long_pairs": dict(n_heads=8, decay_steps=4000, corpus="long_pairs"),
     "dropout_0.1": dict(dropout=0.1),
     "label_smoothing_0.1": dict(label_smoothing=0.1),
+}
+
+
+# The corpora a variant may train on, as `aiayn prepare lm repeated` draws them.
+CORPORA = {
+    "repeated": RepeatedConfig(),
+    "filler": RepeatedConfig(max_length=31, line_length=62),
+    "pure": RepeatedConfig(max_length=31),
+    "long_pairs": RepeatedConfig(min_length=24, max_length=31, line_length=62),
 }
 
 
 class Lines:
     """Each document (one line, eos after it) its own row, 32 rows a batch, padded."""
 
-    def __init__(self, documents: list[list[int]], eos_id: int, task: LanguageModelTask) -> None:
+    def __init__(
+        self, documents: list[list[int]], eos_id: int, task: LanguageModelTask, row_tokens: int
+    ) -> None:
         rows = [[*doc, eos_id] for doc in documents]
-        self.batches = SequenceBatches(rows, task.make_batch, 32 * 98, task.cfg.pad_id, seed=0)
+        self.batches = SequenceBatches(
+            rows, task.make_batch, 32 * row_tokens, task.cfg.pad_id, seed=0
+        )
 
     def epoch(self, epoch: int):
         return self.batches.epoch(epoch)
@@ -85,21 +126,23 @@ class Lines:
 
 def train_variant(
     name: str,
-    corpus_dir: Path,
+    corpora: dict[str, Path],
     updates: int,
     every: int,
     seed: int,
     test_ids: torch.Tensor,
-    positional: str = "learned",
+    recipe: dict[str, Any],
 ) -> dict[str, Any]:
-    """Train one variant; its curve of (update, first-half loss, repeated-half loss)."""
-    settings = {**RECIPE, "positional": positional, **VARIANTS[name]}
+    """Train one variant of `recipe`; its curve of (update, first-half loss, repeated-half
+    loss). `corpora` maps the names of `CORPORA` to prepared corpus directories."""
+    settings = {**recipe, **VARIANTS[name]}
     from aiayn.data.corpus import PreparedCorpus
 
-    corpus = PreparedCorpus.load(corpus_dir)
+    corpus = PreparedCorpus.load(corpora[settings["corpus"]])
     tokenizer = corpus.tokenizer()
     cfg = ModelConfig.gpt(
-        tokenizer.vocab_size, positional=settings["positional"], d_model=128, n_heads=8, d_ff=0,
+        tokenizer.vocab_size, positional=settings["positional"], d_model=settings["d_model"],
+        n_heads=settings["n_heads"], d_ff=0,
         n_layers=2,
         max_len=settings["max_len"], dropout=settings["dropout"],
         attention_dropout=settings["dropout"], pad_id=tokenizer.pad_id,
@@ -117,11 +160,13 @@ def train_variant(
         seed=seed,
     )  # fmt: skip
     task = LanguageModelTask(cfg)
+    decay_steps = settings["decay_steps"] or updates
+    done = 0  # updates made (the linear decay's schedule asks for it from its start)
     if settings["data"] == "blocks":
         batches = task.build_data(corpus, tokenizer, config, DistEnv()).train
     else:
         documents = tokenizer.encode_batch(read_documents(corpus, "train"))
-        batches = Lines(documents, tokenizer.eos_id, task)
+        batches = Lines(documents, tokenizer.eos_id, task, settings["row_tokens"])
     torch.manual_seed(seed)
     model = build_model(cfg)
     if settings["optimizer"] == "adamw":
@@ -135,9 +180,9 @@ def train_variant(
             scheduler = None
         else:
             scheduler = build_scheduler(
-                optimizer, cfg.d_model, config, fraction_done=lambda: done / updates
+                optimizer, cfg.d_model, config, fraction_done=lambda: done / decay_steps
             )
-    curve, done, epoch, started = [], 0, 0, time.perf_counter()
+    curve, epoch, started = [], 0, time.perf_counter()
 
     def measure() -> None:
         first, repeated = repeat_losses(model, test_ids)
@@ -188,26 +233,36 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--corpus", type=Path, help="a prepared corpus (default: draw one)")
+    parser.add_argument("--corpus", type=Path, help="the recipe's corpus (default: draw it)")
     parser.add_argument("--name", default="induction-causes")
-    parser.add_argument("--positional", default="learned", help="the model's positions")
+    parser.add_argument("--recipe", choices=list(RECIPES), default="bible")
+    parser.add_argument("--positional", help="the model's positions (default: the recipe's)")
+    parser.add_argument("--length", type=int, default=40, help="T of the test sequences")
     args = parser.parse_args()
     common.set_threads(args.threads)
+    recipe = dict(RECIPES[args.recipe])
+    if args.positional:
+        recipe["positional"] = args.positional
+    names = args.variants.split(",")
+    needed = {recipe["corpus"]} | {VARIANTS[n].get("corpus", recipe["corpus"]) for n in names}
     with tempfile.TemporaryDirectory() as scratch:
-        corpus_dir = args.corpus or prepare_lm_repeated(Path(scratch) / "repeated").root
+        corpora = {
+            kind: args.corpus
+            if args.corpus and kind == recipe["corpus"]
+            else prepare_lm_repeated(Path(scratch) / kind, CORPORA[kind]).root
+            for kind in sorted(needed)
+        }
         from aiayn.data.corpus import PreparedCorpus
 
-        tokenizer = PreparedCorpus.load(corpus_dir).tokenizer()
+        tokenizer = PreparedCorpus.load(corpora[recipe["corpus"]]).tokenizer()
         ordinary = set(symbol_ids(tokenizer))
         specials = [i for i in range(tokenizer.vocab_size) if i not in ordinary]
         test_ids = repeated_random_tokens(
-            tokenizer.vocab_size, 40, 32, 1234, specials, tokenizer.eos_id
+            tokenizer.vocab_size, args.length, 32, 1234, specials, tokenizer.eos_id
         )
         runs = [
-            train_variant(
-                name, corpus_dir, args.updates, args.every, args.seed, test_ids, args.positional
-            )
-            for name in args.variants.split(",")
+            train_variant(name, corpora, args.updates, args.every, args.seed, test_ids, recipe)
+            for name in names
         ]
     path = common.write_json(args.name, {"args": {**vars(args), "corpus": None}, "runs": runs})
     for run in runs:
