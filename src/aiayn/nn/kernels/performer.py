@@ -12,7 +12,13 @@ so that, as in linear attention,
 
 and the (T, S) score matrix is never formed. The directions are orthogonal (section 2.4:
 blocks of Dk orthogonal rows, each row rescaled to the norm of a Gaussian vector, so each
-row is still distributed as N(0, I)), which lowers the estimate's variance. They are a
+row is still distributed as N(0, I)), which lowers the estimate's variance. Each block is
+uniformly (Haar) distributed with `uniform_directions=True`: Q of the QR split with its
+columns multiplied by the signs of R's diagonal (Mezzadri 2007). Without the signs, as
+aiayn drew them before issue 46, the blocks are not uniform and the kernel estimate stops
+improving near 4% relative error however many features there are
+(tests/unit/test_performer_features.py); a config without the option is one written
+before it existed, and rebuilds those old directions bit for bit. They are a
 buffer of the kernel, saved with the model, so a reloaded model computes the same
 attention; during training they are redrawn every `redraw_interval` calls (section 4.2's
 feature redrawing), and never in evaluation. Each draw comes from the layer's own seed
@@ -76,6 +82,7 @@ def orthogonal_features(
     d_k: int,
     generator: torch.Generator | None = None,
     device: torch.device | None = None,
+    uniform: bool = False,
 ) -> Tensor:
     """m random directions for FAVOR+: blocks of Dk orthogonal rows (the last block cut),
     each row rescaled to the length of an independent N(0, I_Dk) vector.
@@ -85,6 +92,11 @@ def orthogonal_features(
         d_k: Dk >= 1, the query/key head size.
         generator: the random source (default: torch's global one).
         device: where to make them.
+        uniform: multiply Q's columns by the signs of R's diagonal, which makes each
+            block uniformly (Haar) distributed over the orthogonal matrices (Mezzadri
+            2007); False: Q as `torch.linalg.qr` returns it, aiayn's draw before issue
+            46 (not uniform: the estimate stalls near 4% error). Both draw the same
+            random numbers, so only the signs differ.
 
     Returns:
         (m, Dk) float32.
@@ -92,7 +104,9 @@ def orthogonal_features(
     blocks = []
     for _ in range(math.ceil(num_features / d_k)):
         gaussian = torch.randn(d_k, d_k, generator=generator)
-        orthonormal, _ = torch.linalg.qr(gaussian)  # its columns are orthonormal
+        orthonormal, upper = torch.linalg.qr(gaussian)  # its columns are orthonormal
+        if uniform:
+            orthonormal = orthonormal * torch.sign(torch.diagonal(upper))
         blocks.append(orthonormal.T)
     rows = torch.cat(blocks)[:num_features]  # (m, Dk), orthonormal within each block
     lengths = torch.randn(num_features, d_k, generator=generator).norm(dim=1, keepdim=True)
@@ -142,6 +156,10 @@ class PerformerKernel(Kernel, nn.Module):
             more gives a closer estimate of softmax attention at a linear cost).
         redraw_interval: redraw the directions every this many calls in training mode
             (>= 1), or None never to redraw.
+        uniform_directions: draw uniformly distributed orthogonal blocks (True; what a
+            new model should ask for), or the signs as `torch.linalg.qr` leaves them
+            (False, the default: what every config written before the option means, so
+            a saved run redraws the directions it trained with).
 
     Raises:
         ValueError: an option out of range, naming it (`ModelConfig.attention_options`).
@@ -151,10 +169,14 @@ class PerformerKernel(Kernel, nn.Module):
     takes_full_mask = False
     full_scores = False
     cache = CacheKind.STATE
-    options = ("num_features", "redraw_interval")
+    options = ("num_features", "redraw_interval", "uniform_directions")
 
     def __init__(
-        self, d_k: int, num_features: int = 256, redraw_interval: int | None = 1000
+        self,
+        d_k: int,
+        num_features: int = 256,
+        redraw_interval: int | None = 1000,
+        uniform_directions: bool = False,
     ) -> None:
         for name, value in (("num_features", num_features), ("redraw_interval", redraw_interval)):
             if value is None and name == "redraw_interval":
@@ -165,8 +187,14 @@ class PerformerKernel(Kernel, nn.Module):
                     f"ModelConfig.attention_options: performer's {name} must be an integer "
                     f">= 1{never}, got {value!r}"
                 )
+        if not isinstance(uniform_directions, bool):
+            raise ValueError(
+                "ModelConfig.attention_options: performer's uniform_directions must be true "
+                f"or false, got {uniform_directions!r}"
+            )
         nn.Module.__init__(self)
         self.d_k, self.num_features, self.redraw_interval = d_k, num_features, redraw_interval
+        self.uniform_directions = uniform_directions
         # The directions follow from a seed and the calls so far: every process of a
         # distributed run redraws the same ones, whatever its own random state.
         self.register_buffer("seed", torch.randint(2**31, (), dtype=torch.long))
@@ -180,7 +208,8 @@ class PerformerKernel(Kernel, nn.Module):
     def __repr__(self) -> str:
         return (
             f"PerformerKernel(num_features={self.num_features}, "
-            f"redraw_interval={self.redraw_interval})"
+            f"redraw_interval={self.redraw_interval}, "
+            f"uniform_directions={self.uniform_directions})"
         )
 
     def _log_features(self, x: Tensor) -> Tensor:
@@ -206,7 +235,9 @@ class PerformerKernel(Kernel, nn.Module):
     def _draw(self) -> Tensor:
         """The directions for this seed and call count, (m, Dk) float32 on the CPU."""
         generator = torch.Generator().manual_seed(int(self.seed) + int(self.calls))
-        return orthogonal_features(self.num_features, self.d_k, generator)
+        return orthogonal_features(
+            self.num_features, self.d_k, generator, uniform=self.uniform_directions
+        )
 
     def __call__(
         self,
