@@ -236,6 +236,8 @@ def aoti_step(step):
     import torch
 
     layers = len(step.self_keys)
+    step.attention.unpack(step.model)  # packed and int8 products as plain tensors (they trace)
+    step.trim = False  # fixed shapes
 
     class Step(torch.nn.Module):
         def __init__(self) -> None:

@@ -50,7 +50,7 @@ FLOAT32 = 4
 QUIET_RUN = """\
 for size in small base; do for dtype in fp32 int8; do
   python -m benchmarks.bench_static_step --marian --size $size --dtype $dtype --slots 1,32 \\
-      --systems cache,static,compiled,ct2-$dtype --results step-$size-$dtype
+      --systems cache,static,compiled,aoti,ct2-$dtype --results step-$size-$dtype
 done; done
 python -m benchmarks.bench_step_bound --threads 1 \\
     --steps step-small-fp32,step-small-int8,step-base-fp32,step-base-int8"""

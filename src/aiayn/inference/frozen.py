@@ -265,12 +265,55 @@ class Int8Linear(nn.Module):
             qweight, bias = torch.ops.quantized.linear_unpack(self.packed)
             return qweight.dequantize(), bias if self.bias is None else self.bias
 
+    def int8_weight(self) -> tuple[Tensor, Tensor, Tensor | None]:
+        """The int8 weight as plain tensors, for a compiled step (`int8_product`): the
+        packed weight is a TorchScript object that AOTInductor cannot take (torch 2.13:
+        "LinearPackedParamsBase ... does not have a field with name '__obj_flatten__'").
+
+        Returns:
+            W_q^T (in, out) int8, its (out,) float32 scales (W = W_q x scale per output
+            channel, the values the kernel multiplies) and the bias (or None).
+        """
+        with _quantized_tensors():
+            qweight, bias = torch.ops.quantized.linear_unpack(self.packed)
+        weight_t = qweight.int_repr().t().contiguous()  # (in, out)
+        scale = qweight.q_per_channel_scales().float()  # (out,)
+        return weight_t, scale, bias if self.bias is None else self.bias
+
     def extra_repr(self) -> str:
         per = "token" if self.per_token else "tensor"
         return (
             f"in={self.in_features}, out={self.out_features}, relu={self.relu}, "
             f"int8 {self.engine} per {per}"
         )
+
+
+def int8_product(
+    x: Tensor, weight_t: Tensor, scale: Tensor, bias: Tensor | None, relu: bool = False
+) -> Tensor:
+    """x W^T + b (then ReLU) with W in int8, in plain tensor operations a compiler takes
+    (`Int8Linear.int8_weight`'s tensors): each row of x quantized symmetrically to int8
+    (scale max_i |x_ti| / 127), multiplied in int32 (`torch._int_mm`) and rescaled by
+    both scales. The rows' rounding differs from `Int8Linear`'s kernel (asymmetric
+    uint8 over rows scaled to [-1, 1]), so the two agree to int8's precision, not bit
+    for bit.
+
+    Args:
+        x: (..., in) float.
+        weight_t, scale, bias: W_q^T (in, out) int8, (out,) float32 scales, (out,) or None.
+        relu: apply ReLU to the output.
+
+    Returns:
+        (..., out) float32.
+    """
+    rows = x.reshape(-1, x.size(-1)).float()  # (R, in)
+    x_scale = rows.abs().amax(dim=-1, keepdim=True).clamp_min(1e-30) / 127  # (R, 1)
+    quantized = torch.round(rows / x_scale).to(torch.int8)
+    out = torch._int_mm(quantized, weight_t).float() * x_scale * scale  # (R, out)
+    if bias is not None:
+        out = out + bias
+    out = out.reshape(*x.shape[:-1], out.size(-1))
+    return out.relu() if relu else out
 
 
 @contextlib.contextmanager

@@ -7,7 +7,8 @@ sources); this module does the arithmetic of one step's layers over them:
   each slot's own position, then attended) and cross-attention (the stored source of
   each slot group), each through the kernel's `attend_slots`, with rotary positions
   per slot; the weights' products, through plain copies of oneDNN-packed weights once
-  compiling (an opaque packed tensor does not trace);
+  compiling (an opaque packed tensor does not trace), and int8 ones through
+  `aiayn.inference.frozen.int8_product` over their int8 weights' plain tensors;
 - `self_spans`, `cross_spans`: what the slots attend, cut into calls over consecutive
   slot groups (`SlotSpan`, with the mask made once per step as a float bias).
 
@@ -26,6 +27,8 @@ from aiayn.inference.frozen import (
     FrozenFeedForward,
     FrozenLinear,
     FrozenSelfAttention,
+    Int8Linear,
+    int8_product,
 )
 from aiayn.nn.attention import MultiHeadAttention, merge_heads, split_heads
 from aiayn.nn.kernels import SlotSpan
@@ -55,21 +58,28 @@ class SlotAttention:
     def __init__(self, rotary: RotaryPositions | None) -> None:
         self.rotary = rotary
         self.written: list[Tensor] | None = None
-        self._plain: dict[int, Tensor] = {}  # packed product -> plain weight (`unpack`)
+        # packed product -> plain weight, or an int8 one's plain tensors (`unpack`)
+        self._plain: dict[int, Tensor | tuple[Tensor, Tensor, Tensor | None]] = {}
 
     def unpack(self, model: nn.Module) -> None:
-        """Plain copies of the frozen model's oneDNN-packed weights, for the compiler: an
-        opaque packed tensor does not trace, and Inductor lays out plain ones itself."""
+        """Plain copies of the frozen model's packed weights, for the compiler: an opaque
+        packed tensor does not trace, and Inductor lays out plain ones itself. An int8
+        product (`Int8Linear`, a TorchScript object AOTInductor cannot take) is then
+        multiplied by `int8_product` over its int8 weight's plain tensors."""
         for module in model.modules():
             packed = getattr(module, "packed", None)
             if isinstance(module, FrozenLinear) and packed is not None:
                 self._plain.setdefault(id(module), packed.to_dense())
+            elif isinstance(module, Int8Linear):
+                self._plain.setdefault(id(module), module.int8_weight())
 
     def product(self, linear: nn.Module, x: Tensor) -> Tensor:
-        """`linear(x)`; a packed `FrozenLinear` through its plain copy once unpacked."""
+        """`linear(x)`; a packed product through its plain copy once unpacked."""
         plain = self._plain.get(id(linear))
         if plain is None:
             return linear(x)
+        if isinstance(plain, tuple):  # int8
+            return int8_product(x, *plain, relu=linear.relu)
         out = F.linear(x, plain, linear.bias)
         return F.relu(out) if linear.relu else out
 
