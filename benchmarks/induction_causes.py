@@ -94,6 +94,9 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "heads_8": dict(n_heads=8),  # d_model 64 in 8 heads of 8 (`--recipe repeated`)
     "heads_8_constant_lr": dict(n_heads=8, schedule="constant"),
     "heads_8_decay_4000": dict(n_heads=8, decay_steps=4000),  # the decay of max_steps 4000
+    "heads_8_pure_lines": dict(n_heads=8, data="lines", corpus="pure"),
+    "repeat_to_fill": dict(corpus="repeat_to_fill"),  # the T symbols repeated, no filler
+    "heads_8_repeat_to_fill": dict(n_heads=8, corpus="repeat_to_fill"),
     "heads_8_decay_4000_long_pairs": dict(n_heads=8, decay_steps=4000, corpus="long_pairs"),
     "dropout_0.1": dict(dropout=0.1),
     "label_smoothing_0.1": dict(label_smoothing=0.1),
@@ -106,6 +109,7 @@ CORPORA = {
     "filler": RepeatedConfig(max_length=31, line_length=62),
     "pure": RepeatedConfig(max_length=31),
     "long_pairs": RepeatedConfig(min_length=24, max_length=31, line_length=62),
+    "repeat_to_fill": RepeatedConfig(max_length=31, line_length=62, repeat_to_fill=True),
 }
 
 

@@ -17,9 +17,10 @@ task's in-context loss: the late window's loss minus the early window's, Olsson 
 `benchmarks/results/NAME.json` (default `induction`) and NAME.png: the in-context loss
 against the update, one line per run.
 
-With `--symbols` the test sequences are eos (what precedes every line in training)
-then T symbols of the corpus's alphabet twice (`aiayn.data.repeated.symbol_ids`: a
-corpus of `aiayn prepare lm repeated`), not every ordinary id. With `--checkpoints`
+With `--symbols` the test sequences are the word marker "▁" (what begins every line,
+and so every block of a recipe with one line per block: `aiayn.data.repeated.
+line_start_id`) then T symbols of the corpus's alphabet twice (`aiayn.data.repeated.
+symbol_ids`: a corpus of `aiayn prepare lm repeated`), not every ordinary id. With `--checkpoints`
 every step checkpoint of the run is scored too: the loss on the first and the
 repeated half (`repeat_losses`) and the three grids, so the heads can be followed
 through training; the phase change is the first checkpoint whose repeated half is
@@ -47,7 +48,7 @@ from aiayn.analysis.induction import (
     repeat_losses,
     repeated_random_tokens,
 )
-from aiayn.data.repeated import symbol_ids
+from aiayn.data.repeated import line_start_id, symbol_ids
 from aiayn.data.tokenizer import TOKENIZER_FILE, SentencePieceTokenizer
 from aiayn.io.checkpoint import (
     WEIGHTS_FILE,
@@ -103,13 +104,14 @@ def test_ids(
     cfg, tokenizer: SentencePieceTokenizer, length: int, batch: int, seed: int, symbols: bool
 ) -> torch.Tensor:
     """The repeated random tokens the heads are scored on: bos and every ordinary id, or
-    with `symbols` eos and the corpus alphabet's ids."""
+    with `symbols` the line's word marker and the corpus alphabet's ids."""
     if symbols:
         ordinary = set(symbol_ids(tokenizer))
         if not ordinary:
             raise SystemExit(f"{tokenizer.path}: no single-symbol pieces (not a repeated corpus)")
         specials = [i for i in range(cfg.vocab_size) if i not in ordinary]
-        return repeated_random_tokens(cfg.vocab_size, length, batch, seed, specials, cfg.eos_id)
+        start = line_start_id(tokenizer)
+        return repeated_random_tokens(cfg.vocab_size, length, batch, seed, specials, start)
     specials = [cfg.pad_id, cfg.bos_id, cfg.eos_id, getattr(tokenizer, "unk_id", cfg.pad_id)]
     return repeated_random_tokens(cfg.vocab_size, length, batch, seed, specials, cfg.bos_id)
 

@@ -11,6 +11,7 @@ from aiayn.data.repeated import (
     ALPHABET,
     RepeatedConfig,
     draw_lines,
+    line_start_id,
     prepare_lm_repeated,
     symbol_ids,
 )
@@ -41,6 +42,7 @@ def test_the_corpus_gives_one_id_per_symbol(tmp_path):
     encoded = tokenizer.encode(line)
     # sentencepiece's word marker, then one id per symbol
     assert tokenizer.id_to_piece(encoded[0]) == "\u2581"
+    assert encoded[0] == line_start_id(tokenizer) and encoded[0] not in ids
     assert [tokenizer.id_to_piece(i) for i in encoded[1:]] == list(line)
     assert corpus.stats["source"]["n_symbols"] == 10
 
@@ -83,3 +85,17 @@ def test_lines_of_a_fixed_length_hold_the_pair_inside_random_filler():
     assert max(lengths) == 7 and min(lengths) <= 4  # T is drawn, capped at line_length // 2
     with pytest.raises(ValueError, match="line_length"):
         RepeatedConfig(min_length=8, line_length=15)
+
+
+def test_repeat_to_fill_repeats_the_half_to_the_line_length_with_no_filler():
+    cfg = RepeatedConfig(n_symbols=10, min_length=3, max_length=9, lines=(200, 1, 1), seed=1,
+                         line_length=14, repeat_to_fill=True)  # fmt: skip
+    periods = set()
+    for line in draw_lines(cfg)["train"]:
+        assert len(line) == 14
+        # the smallest T in [3, 7] with line[i] == line[i - T] everywhere: the drawn half
+        period = next(t for t in range(3, 8) if all(line[i] == line[i - t] for i in range(t, 14)))
+        periods.add(period)
+    assert max(periods) == 7 and min(periods) == 3
+    with pytest.raises(ValueError, match="repeat_to_fill"):
+        RepeatedConfig(repeat_to_fill=True)

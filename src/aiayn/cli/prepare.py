@@ -370,6 +370,9 @@ def prepare_lm_repeated_command(
     line_length: int | None = typer.Option(
         None, help="Every line this many symbols, random filler around the pair."
     ),
+    repeat_to_fill: bool = typer.Option(
+        False, help="With --line-length: repeat the half to fill the line, no random filler."
+    ),
 ):
     """Repeated random symbols, each line a random half then its copy, for induction
     heads (aiayn.data.repeated); one id per symbol."""
@@ -377,7 +380,7 @@ def prepare_lm_repeated_command(
 
     def build():
         config = RepeatedConfig(
-            symbols, min_length, max_length, (lines, 200, 200), seed, line_length
+            symbols, min_length, max_length, (lines, 200, 200), seed, line_length, repeat_to_fill
         )
         return prepare_lm_repeated(out, config)
 

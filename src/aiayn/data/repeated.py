@@ -18,7 +18,15 @@ before and after the repeated pair, which starts at a random offset,
 
 so that a recipe whose blocks are as long as a line with its marker and eos
 (`max_len = line_length + 2`) gets one line per block: packing puts no unrelated
-line before it, whose symbols an induction head would match too.
+line before it, whose symbols an induction head would match too. With
+`repeat_to_fill` the line holds no random filler: the T symbols repeat until it is full,
+
+    q7Rk2Wq7Rk2Wq7Rk2Wq7    (line_length 20, T = 6)
+
+so only the first T symbols are unpredictable, as in a sequence and its copy, and
+every later one can be copied. Random filler leaves two thirds of a line of 62
+unpredictable, and a model trained on it left the plateau far later
+(benchmarks/results/induction-causes-repeated.json).
 
 `prepare_lm_repeated` writes the lines as a monolingual corpus
 (`aiayn.data.lm.prepare_monolingual`, language code "rnd") with a character-level
@@ -61,6 +69,8 @@ class RepeatedConfig:
         line_length: every line this many symbols, random filler around the repeated
             pair (None: a line is the pair alone); at least 2 * min_length. T is then
             drawn from [min_length, min(max_length, line_length // 2)].
+        repeat_to_fill: with `line_length`, fill the line with further copies of the
+            T symbols (cut at the line's end) instead of random filler.
 
     Raises:
         ValueError: a setting out of range, naming it.
@@ -72,6 +82,7 @@ class RepeatedConfig:
     lines: tuple[int, int, int] = (40_000, 200, 200)
     seed: int = 0
     line_length: int | None = None
+    repeat_to_fill: bool = False
 
     def __post_init__(self) -> None:
         if not 2 <= self.n_symbols <= len(ALPHABET):
@@ -88,6 +99,8 @@ class RepeatedConfig:
                 f"RepeatedConfig.line_length must be at least 2 * min_length = "
                 f"{2 * self.min_length}, got {self.line_length}"
             )
+        if self.repeat_to_fill and self.line_length is None:
+            raise ValueError("RepeatedConfig.repeat_to_fill needs a line_length to fill")
         if len(self.lines) != len(SPLITS) or self.lines[0] < 1 or min(self.lines) < 0:
             raise ValueError(
                 f"RepeatedConfig.lines must be {len(SPLITS)} counts (train >= 1), got {self.lines}"
@@ -101,13 +114,15 @@ class RepeatedConfig:
 
 def draw_line(rng: random.Random, cfg: RepeatedConfig) -> str:
     """One document: T random symbols, then the same T again (with `cfg.line_length`,
-    inside random filler up to that length)."""
+    inside random filler up to that length, or with `cfg.repeat_to_fill` repeated to it)."""
     if cfg.line_length is None:
         length = rng.randint(cfg.min_length, cfg.max_length)
         half = "".join(rng.choices(cfg.alphabet, k=length))
         return half + half
     length = rng.randint(cfg.min_length, min(cfg.max_length, cfg.line_length // 2))
     half = "".join(rng.choices(cfg.alphabet, k=length))
+    if cfg.repeat_to_fill:
+        return (half * (cfg.line_length // length + 1))[: cfg.line_length]
     before = rng.randint(0, cfg.line_length - 2 * length)
     filler = "".join(rng.choices(cfg.alphabet, k=cfg.line_length - 2 * length))
     return filler[:before] + half + half + filler[before:]
@@ -143,6 +158,22 @@ def prepare_lm_repeated(out: str | Path, cfg: RepeatedConfig | None = None) -> P
     corpus = prepare_monolingual(splits, out, LANG, config, source)
     log.info("wrote %d lines of repeated random symbols to %s", sum(cfg.lines), out)
     return corpus
+
+
+WORD_MARKER = "\u2581"  # sentencepiece's "▁", the first piece of every line
+
+
+def line_start_id(tokenizer: Tokenizer) -> int:
+    """The id of the word marker "▁" that begins every line of the corpus: the first
+    input of a block that holds one line (`RepeatedConfig.line_length`).
+
+    Raises:
+        ValueError: the tokenizer has no such piece (not a repeated corpus's).
+    """
+    for token_id in range(tokenizer.vocab_size):
+        if tokenizer.id_to_piece(token_id) == WORD_MARKER:
+            return token_id
+    raise ValueError(f"the tokenizer has no piece {WORD_MARKER!r}: not a repeated corpus's")
 
 
 def symbol_ids(tokenizer: Tokenizer) -> list[int]:
