@@ -1,9 +1,17 @@
-"""Where each attention kernel breaks: multi-query associative recall (MQAR) accuracy
-against the number of key-value pairs and the sequence length (issue 46).
+"""Where each attention kernel breaks: multi-query associative recall (MQAR) and copying
+accuracy against the number of items and the sequence length (issue 46).
 
     nice -n 19 python -m benchmarks.bench_recall --mode circuit         # set weights (minutes)
     nice -n 19 python -m benchmarks.bench_recall --grid cpu-small       # trained, one cell
     python -m benchmarks.bench_recall --grid gpu --device cuda --jobs 8 # trained, on a lease
+    nice -n 19 python -m benchmarks.bench_recall --task distance-copy --mode circuit
+    nice -n 19 python -m benchmarks.bench_recall --task selective-copy --grid copy-cpu --jobs 1
+
+`--task` (`TASKS`, `aiayn.data.recall`): `mqar`, or copying N tokens, a cell (L, N)
+giving N tokens among L - N positions and then N markers at which to output them in
+order: `distance-copy` (the tokens first, then blanks: the answer lies a fixed L - N
+positions back) or `selective-copy` (the tokens at random positions: the model must
+find them by content, Mamba's section 3.1), both with Mamba's 16 tokens.
 
 MQAR as Zoology draws it (Arora et al. 2023; `aiayn.data.recall`): N key-value pairs,
 then each key again at a power-law distance, the model to answer its value there. Every
@@ -26,8 +34,9 @@ positions, no dropout; AdamW, linear warm-up over a tenth of the updates then li
 decay to zero. A run's score is its accuracy over every query of `EVAL_SEQUENCES`
 held-out sequences (drawn from a seed no training batch uses), after its last update.
 
-Results: benchmarks/results/recall-mqar.json (`--results`): every run (kernel, length,
-pairs, width, seed, accuracy, final training loss, seconds), and per cell the mean and
+Results: benchmarks/results/recall-TASK.json, e.g. recall-mqar.json (`--results`): every
+run (task, kernel, length, pairs, width, seed, accuracy, final training loss, seconds;
+for copying, `pairs` is the N tokens to copy), and per cell the mean and
 the spread over seeds; the provenance of `benchmarks.common` (machine, CPU flags, load
 average, commit, command). The runs go `--jobs` at a time, one thread each; a results
 file is written after every finished cell, so an interrupted sweep keeps what it ran.
@@ -48,9 +57,13 @@ what was run, and `gpu` is the comparison the issue asks for.
 
 `--mode circuit` needs no training: the recall step of the circuit with set weights
 (`recall_circuit`) goes through each kernel, at the score scale that suits the kernel
-best, over Zoology's lengths (results/recall-mqar-circuit.json, in seconds per cell).
+best, over Zoology's lengths (results/recall-TASK-circuit.json, in seconds per cell).
 It shows what each approximation loses for the softmax circuit's weights; a trained
-model of a kernel may find weights of its own.
+model of a kernel may find weights of its own. The copying circuits look up a position
+(over a distance) or a rank among the data tokens (selective), given exactly as MQAR's
+previous token is; for a fixed-state kernel the two are the same task (the blanks'
+keys carry no value and change only a positive normaliser), so only the sparse
+patterns tell them apart.
 """
 
 from __future__ import annotations
@@ -122,9 +135,16 @@ def kernel_variants(grid: Grid) -> dict[str, tuple[str, dict[str, Any]]]:
         f"window-{large}": ("sliding_window", {"window": large, "global_tokens": 0}),
         "bigbird": ("bigbird", {"block_size": grid.block_size, "num_random_blocks": 1}),
         "linear": ("linear", {}),
-        f"performer-{few}": ("performer", {"num_features": few, "redraw_interval": None}),
-        f"performer-{many}": ("performer", {"num_features": many, "redraw_interval": None}),
+        f"performer-{few}": ("performer", performer_options(few)),
+        f"performer-{many}": ("performer", performer_options(many)),
     }
+
+
+def performer_options(num_features: int) -> dict[str, Any]:
+    """Performer's options here: no redrawing, uniform directions (the results files
+    written before `uniform_directions` existed ran the old, unsigned draw: their runs'
+    `options` lack it)."""
+    return {"num_features": num_features, "redraw_interval": None, "uniform_directions": True}
 
 
 def default_kernels(windows: tuple[int, int], features: tuple[int, int]) -> tuple[str, ...]:
@@ -163,6 +183,17 @@ GRIDS = {
         windows=(8, 64),
         features=(16, 128),
     ),
+    # copying (--task distance-copy or selective-copy): 8 tokens from a context of 32,
+    # farther back than the small window reaches. Fixed before the runs from one
+    # calibration of sdpa, seed 0: selective copying at 99.8% after 1,500 updates (45%
+    # after 400), copying over a distance at 100% after 400
+    "copy-cpu": Grid(
+        cells=((40, 8),),
+        widths=(32,),
+        kernels=("sdpa", "window-8", "linear", "performer-16", "performer-128"),
+        steps=1500,
+        batch=32,
+    ),
     # a quick look at one cell, for trying settings
     "smoke": Grid(cells=((64, 8),), widths=(32,), kernels=("sdpa", "linear"), seeds=(0,), steps=50),
     # the set-weight circuit (`--mode circuit`): no training, so Zoology's lengths fit
@@ -189,20 +220,74 @@ def vocabulary(length: int) -> int:
     return 64 if length <= 64 else 2 ** math.ceil(math.log2(length + 1))
 
 
+TASKS = ("mqar", "selective-copy", "distance-copy")
+TASK_NAMES = {
+    "mqar": "MQAR",
+    "selective-copy": "selective copying",
+    "distance-copy": "copying over a distance",
+}
+COPY_VOCAB = 16  # Mamba's selective copying (their section 3.1 and E.1): 16 tokens
+
+
+@dataclass(frozen=True)
+class Task:
+    """One cell's task: how its sequences are drawn and which ids can answer.
+
+    Attributes:
+        name: one of `TASKS`.
+        vocab: V, the ids the sequences use (a model adds one for padding).
+        first_answer: the smallest id an answer can be (MQAR's values from V/2, the
+            copying tasks' data tokens from 2).
+        config: `MQARConfig` or `CopyConfig`.
+    """
+
+    name: str
+    vocab: int
+    first_answer: int
+    config: Any
+
+    def draw(self, count: int, seed: int) -> tuple[Any, Any]:
+        """(inputs, targets), (count, L) each; the same for the same seed."""
+        from aiayn.data.recall import copying, mqar
+
+        if self.name == "mqar":
+            return mqar(count, self.config, seed=seed)
+        return copying(count, self.config, seed=seed)
+
+
+def make_task(name: str, length: int, n: int) -> Task:
+    """The task of a cell (L, N): MQAR with N pairs in L positions; copying N tokens
+    from a context of L - N positions (then N markers: L in all), selective or over a
+    distance, with Mamba's 16 tokens.
+
+    Raises:
+        ValueError: an unknown task, or a cell out of the task's range (named).
+    """
+    from aiayn.data.recall import CopyConfig, MQARConfig
+
+    if name == "mqar":
+        vocab = vocabulary(length)
+        return Task(name, vocab, vocab // 2, MQARConfig(vocab, length, n))
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; the tasks: {', '.join(TASKS)}")
+    selective = name == "selective-copy"
+    return Task(name, COPY_VOCAB, 2, CopyConfig(COPY_VOCAB, n, length - n, selective))
+
+
 def run_one(job: dict[str, Any]) -> dict[str, Any]:
     """Train one (variant, L, N, width, seed) and score it: the worker's whole job."""
     import torch
 
     from aiayn import ModelConfig
-    from aiayn.data.recall import IGNORE, MQARConfig, mqar
+    from aiayn.data.recall import IGNORE
     from aiayn.models import build_model
 
     torch.set_num_threads(1)
     grid = Grid(**{**job["grid"], "cells": (), "widths": (), "kernels": ()})
     kernel, options = job["kernel"], job["options"]
     length, pairs, width, seed = job["length"], job["pairs"], job["width"], job["seed"]
-    vocab = vocabulary(length)
-    task = MQARConfig(vocab_size=vocab, seq_len=length, num_pairs=pairs)
+    task = make_task(job.get("task", "mqar"), length, pairs)
+    vocab = task.vocab
     torch.manual_seed(seed)
     cfg = ModelConfig(
         vocab_size=vocab + 1,  # the last id pads (never drawn): aiayn's default pad 0 is
@@ -232,7 +317,7 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
     model.train()
     for step in range(grid.steps):
-        inputs, targets = mqar(grid.batch, task, seed=seed * grid.steps + step)
+        inputs, targets = task.draw(grid.batch, seed=seed * grid.steps + step)
         inputs, targets = inputs.to(device), targets.to(device)
         logits = model(inputs)  # (B, L, V + 1)
         loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
@@ -241,13 +326,14 @@ def run_one(job: dict[str, Any]) -> dict[str, Any]:
         optimizer.step()
         schedule.step()
     model.eval()
-    inputs, targets = mqar(EVAL_SEQUENCES, task, seed=EVAL_SEED + seed)
+    inputs, targets = task.draw(EVAL_SEQUENCES, seed=EVAL_SEED + seed)
     inputs, targets = inputs.to(device), targets.to(device)
     with torch.no_grad():
         guesses = model(inputs).argmax(-1)
     asked = targets != IGNORE
     accuracy = (guesses[asked] == targets[asked]).double().mean().item()
     return {
+        "task": task.name,
         "variant": job["variant"],
         "kernel": kernel,
         "options": options,
@@ -267,35 +353,80 @@ SCALES = (1.0, 3.0, 10.0, 30.0, 100.0)  # the circuit's score scales; each kerne
 
 
 def recall_circuit(
-    kernel: Any, inputs: Any, vocab: int, width: int, scale: float, seed: int
+    kernel: Any,
+    inputs: Any,
+    vocab: int,
+    width: int,
+    scale: float,
+    seed: int,
+    task: str = "mqar",
+    n: int = 0,
 ) -> Any:
-    """The recall step of the MQAR circuit with set weights, through one kernel: each
-    token t has a random unit code c_t of `width` dimensions (its embedding); the query
-    at i is scale * c(token_i), the key at j is c(token_{j-1}) (the previous-token step,
-    given exactly: the first layer of `tests/unit/data/test_recall.py`'s circuit), the
-    value at j is c(token_j) (0 for the filler): every vector has `width` dimensions, so
-    a fixed-state kernel keeps a width x width state. Bidirectional: the filler after a
-    query also has the key as its previous token, and adds nothing. The answer is read
-    as the value whose code is closest to the output.
+    """The recall step of a task's circuit with set weights, through one kernel. Every
+    address (a token, a position, a rank) has a random unit code of `width` dimensions;
+    a query is scale * the code of the address it looks for, a key the code of the
+    address it stands at, a value the code of the token it carries (0 where there is
+    none): every vector has `width` dimensions, so a fixed-state kernel keeps a
+    width x width state. The answer is read as the token whose code is closest to the
+    output. What the earlier layers of a trained model would compute (the previous
+    token, a token's rank) is given exactly:
+
+        mqar            query: the token; key: the previous token (the first layer of
+                        `tests/unit/data/test_recall.py`'s circuit); value: the token
+        distance-copy   query at the i-th marker: position i; key: the position; value:
+                        the token (copying over a distance is looking a fixed offset back)
+        selective-copy  query at the i-th marker: rank i; key at a data token: its rank
+                        among the data tokens (how many came before it); value: the token
+
+    Bidirectional: in MQAR the filler after a query also has the key as its previous
+    token, and adds nothing.
+
+    Args:
+        kernel: a kernel (`aiayn.nn.kernels.build_kernel`) with one head of `width`.
+        inputs: (B, L) sequences of `task`.
+        vocab: the task's vocabulary V.
+        width: the code size (the head size).
+        scale: the queries' scale (the kernel divides by sqrt(width) as well).
+        seed: the codes' seed.
+        task: one of `TASKS`.
+        n: the copying tasks' token count N (the last N positions are the markers).
 
     Returns:
         (B, L, V) scores; the answer at a query is their argmax.
     """
     import torch
 
-    from aiayn.data.recall import FILLER
+    from aiayn.data.recall import FILLER, MARKER
 
     generator = torch.Generator().manual_seed(seed)
-    codes = torch.randn(vocab, width, generator=generator)
-    codes = codes / codes.norm(dim=-1, keepdim=True)  # (V, D)
-    previous = torch.roll(inputs, 1, dims=1)
-    keys = codes[previous]  # (B, L, D)
-    keys[:, 0] = 0  # position 0 has no previous token
-    values = codes[inputs]  # (B, L, D)
-    values[inputs == FILLER] = 0
-    queries = scale * width**0.5 * codes[inputs]  # the kernel divides by sqrt(D)
+    length = inputs.size(1)
+    codes = torch.randn(max(vocab, length), width, generator=generator)  # MQAR: V >= L
+    codes = codes / codes.norm(dim=-1, keepdim=True)  # (addresses, D)
+    if task == "mqar":
+        contents = codes[:vocab]  # the address is the token
+        query, key = inputs, torch.roll(inputs, 1, dims=1)
+        key[:, 0] = -1  # position 0 has no previous token
+        value = inputs.masked_fill(inputs == FILLER, -1)
+    else:
+        contents = torch.randn(vocab, width, generator=generator)
+        contents = contents / contents.norm(dim=-1, keepdim=True)  # (V, D)
+        context = length - n
+        positions = torch.arange(length).expand_as(inputs)
+        data = (inputs > MARKER) & (positions < context)
+        query = torch.where(positions >= context, positions - context, -1)
+        if task == "distance-copy":
+            key = torch.where(positions < context, positions, -1)
+        else:
+            key = torch.where(data, data.long().cumsum(1) - 1, -1)  # the rank
+        value = torch.where(data, inputs, -1)
+
+    def look_up(table: Any, ids: Any) -> Any:  # -1: the zero vector
+        return torch.cat([table, table.new_zeros(1, width)])[ids]  # (B, L, D)
+
+    queries = scale * width**0.5 * look_up(codes, query)  # the kernel divides by sqrt(D)
+    keys, values = look_up(codes, key), look_up(contents, value)
     out, _ = kernel(queries[:, None], keys[:, None], values[:, None])  # (B, 1, L, D)
-    return out[:, 0] @ codes.T  # (B, L, V): the output read against every token's code
+    return out[:, 0] @ contents.T  # (B, L, V): the output read against every token's code
 
 
 def run_circuit(job: dict[str, Any]) -> dict[str, Any]:
@@ -304,13 +435,13 @@ def run_circuit(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from aiayn import ModelConfig
-    from aiayn.data.recall import IGNORE, MQARConfig, mqar
+    from aiayn.data.recall import IGNORE
     from aiayn.nn.kernels import build_kernel
 
     torch.set_num_threads(1)
     length, pairs, width, seed = job["length"], job["pairs"], job["width"], job["seed"]
-    vocab = vocabulary(length)
-    task = MQARConfig(vocab_size=vocab, seq_len=length, num_pairs=pairs)
+    task = make_task(job.get("task", "mqar"), length, pairs)
+    vocab = max(task.vocab, length)  # the config's size: the kernels see no ids
     torch.manual_seed(seed)  # the kernels' own random draws (Performer, BigBird)
     cfg = ModelConfig(
         vocab_size=vocab, d_model=width, n_heads=1, max_len=length,
@@ -321,15 +452,19 @@ def run_circuit(job: dict[str, Any]) -> dict[str, Any]:
         kernel.eval()
 
     def accuracy(scale: float, data_seed: int, count: int) -> float:
-        inputs, targets = mqar(count, task, seed=data_seed)
+        inputs, targets = task.draw(count, seed=data_seed)
         with torch.no_grad():
-            scores = recall_circuit(kernel, inputs, vocab, width, scale, seed)
-        guesses = scores[..., vocab // 2 :].argmax(-1) + vocab // 2  # the answer is a value
+            scores = recall_circuit(
+                kernel, inputs, task.vocab, width, scale, seed, task.name, pairs
+            )
+        first = task.first_answer  # the answer is a value, or a data token
+        guesses = scores[..., first:].argmax(-1) + first
         asked = targets != IGNORE
         return (guesses[asked] == targets[asked]).double().mean().item()
 
     best = max(SCALES, key=lambda scale: accuracy(scale, EVAL_SEED + 500 + seed, 100))
     return {
+        "task": task.name,
         "variant": job["variant"],
         "kernel": job["kernel"],
         "options": job["options"],
@@ -337,7 +472,7 @@ def run_circuit(job: dict[str, Any]) -> dict[str, Any]:
         "pairs": pairs,
         "width": width,
         "seed": seed,
-        "vocab": vocab,
+        "vocab": task.vocab,
         "scale": best,
         "accuracy": round(100 * accuracy(best, EVAL_SEED + seed, EVAL_SEQUENCES), 2),
     }
@@ -389,8 +524,10 @@ def gaps(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def payload(mode: str, grid_name: str, grid: Grid, runs: list[dict[str, Any]], jobs: int) -> dict:
-    """The results file's record of a (possibly partial) sweep."""
+def payload(
+    mode: str, grid_name: str, grid: Grid, runs: list[dict[str, Any]], jobs: int, task: str = "mqar"
+) -> dict:
+    """The results file's record of a (possibly partial) sweep of one task."""
     cells = summarise(runs)
     smallest = min(grid.widths)
     sdpa_small = [c for c in cells if c["variant"] == "sdpa" and c["width"] == smallest]
@@ -400,7 +537,7 @@ def payload(mode: str, grid_name: str, grid: Grid, runs: list[dict[str, Any]], j
     return {
         "measures": [
             {
-                "system": f"{variant}: MQAR, "
+                "system": f"{variant}: {TASK_NAMES[task]}, "
                 + (
                     "the set-weight recall circuit"
                     if mode == "circuit"
@@ -409,10 +546,12 @@ def payload(mode: str, grid_name: str, grid: Grid, runs: list[dict[str, Any]], j
                 "cell": f"lengths {lengths}, widths {list(grid.widths)}, "
                 + (f"{grid.steps} updates, " if mode == "train" else "")
                 + common.machine(),
-                "harness": f"bench_recall --mode {mode} --grid {grid_name}, {jobs} runs at a time",
+                "harness": f"bench_recall --task {task} --mode {mode} --grid {grid_name}, "
+                f"{jobs} runs at a time",
             }
             for variant in grid.kernels
         ],
+        "task": task,
         "mode": mode,
         "grid_name": grid_name,
         "grid": asdict(grid),
@@ -467,13 +606,13 @@ def plot(record: dict[str, Any], out: Path) -> Path:
             axis.errorbar(xs, ys, yerr=[low, high], marker="o", ms=4, capsize=2, label=variant)
         axis.set_xticks(range(len(order)), [f"L={length}\nN={n}" for length, n in order])
         axis.set_ylim(-3, 103)
-        axis.set_ylabel("MQAR accuracy (%)")
+        axis.set_ylabel(f"{TASK_NAMES[record.get('task', 'mqar')]} accuracy (%)")
         axis.set_title(f"width {width}")
         axis.grid(alpha=0.3)
     axes[0][-1].legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5))
     what = "set-weight recall circuit" if record.get("mode") == "circuit" else "trained models"
     seeds = len(record["grid"]["seeds"])
-    figure.suptitle(f"MQAR by kernel ({what}; {seeds} seeds)")
+    figure.suptitle(f"{TASK_NAMES[record.get('task', 'mqar')]} by kernel ({what}; {seeds} seeds)")
     figure.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out, dpi=110)
@@ -489,11 +628,18 @@ def main(argv: list[str] | None = None) -> None:
         default="train",
         help="train each kernel's model, or run the set-weight recall circuit through it",
     )
+    parser.add_argument(
+        "--task",
+        choices=TASKS,
+        default="mqar",
+        help="MQAR, or copying N tokens (a cell's L - N positions, then N markers)",
+    )
     parser.add_argument("--grid", choices=sorted(GRIDS), help="default: cpu, or circuit")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time")
     parser.add_argument("--device", default="cpu", help="where --mode train trains (cpu, cuda)")
     parser.add_argument(
-        "--results", help="results file name (default: recall-mqar, or recall-mqar-circuit)"
+        "--results",
+        help="results file name (default: recall-TASK, or recall-TASK-circuit)",
     )
     parser.add_argument(
         "--plot",
@@ -504,7 +650,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     circuit = args.mode == "circuit"
     args.grid = args.grid or ("circuit" if circuit else "cpu")
-    args.results = args.results or ("recall-mqar-circuit" if circuit else "recall-mqar")
+    args.results = args.results or f"recall-{args.task}" + ("-circuit" if circuit else "")
     if args.plot is not None:
         record = json.loads((common.RESULTS / f"{args.results}.json").read_text())
         for out in args.plot or [common.RESULTS / f"{args.results}.png"]:
@@ -516,8 +662,14 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         sys.exit(f"aiayn: error: grid {args.grid!r} names unknown kernels {unknown}")
     settings = {k: v for k, v in asdict(grid).items() if k not in ("cells", "widths", "kernels")}
+    try:
+        for length, pairs in grid.cells:
+            make_task(args.task, length, pairs)
+    except ValueError as err:
+        sys.exit(f"aiayn: error: --task {args.task} --grid {args.grid}: {err}")
     jobs = [
         {
+            "task": args.task,
             "grid": settings,
             "variant": variant,
             "kernel": variants[variant][0],
@@ -547,7 +699,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"d={run['width']} seed={run['seed']}: {run['accuracy']:.1f}% ({how})",
                 flush=True,
             )
-            record = payload(args.mode, args.grid, grid, runs, args.jobs)
+            record = payload(args.mode, args.grid, grid, runs, args.jobs, args.task)
             record["wall_seconds"] = round(time.perf_counter() - started, 1)
             record["complete"] = done == len(jobs)
             path = common.write_json(args.results, record)
