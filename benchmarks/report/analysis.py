@@ -177,6 +177,109 @@ def induction() -> str:
     )
 
 
+# Issue 50's goals for the induction recipe, as record_induction.goals judges them per seed.
+INDUCTION_GOALS = {
+    "phase_change_every_seed": "the phase change (repeated half 1 nat below the first)",
+    "heads_every_seed": "a layer-1 head with prefix matching and copying >= 0.5, and a "
+    "layer-0 head with previous token >= 0.5",
+    "ablation_every_seed": "zeroing the named induction head raises the repeated half by "
+    ">= 1 nat and the first half by < 0.1",
+}
+
+
+def induction_repeated() -> str:
+    """The induction recipe's seeds against issue 50's goals (`record_induction.goals`)."""
+    data = report.load("induction-repeated")
+    goals = data["goals"]
+    rows = []
+    for run, seed in zip(data["runs"], goals["per_seed"], strict=True):
+        phase = seed["phase_change_step"]
+        rows.append(
+            [
+                str(seed["seed"]),
+                f"{run['checkpoints'][-1]['step']:,}",
+                f"{phase:,}" if phase is not None else "none",
+                f"{seed['layer1_head_prefix_and_copying']:.2f}",
+                f"{seed['layer0_previous_token']:.2f}",
+                f"{seed['ablation_repeated_rise']:+.2f} / {seed['ablation_first_rise']:+.2f}",
+            ]
+        )
+    headers = [
+        "seed",
+        "updates",
+        "phase change at update",
+        "layer 1: min(prefix matching, copying)",
+        "layer 0: previous token",
+        "ablation: repeated / first half (nats)",
+    ]
+    seeds = len(goals["per_seed"])
+    verdicts = [
+        f"- {what}, in every seed ({seeds}): **{'met' if goals[key] else 'not met'}**"
+        for key, what in INDUCTION_GOALS.items()
+    ]
+    notes = (
+        "Scores on repeated random symbols as `aiayn induction` gives them for the last "
+        "checkpoint; the ablation zeroes the best layer-1 prefix-matching head. "
+        + data.get("note", "")
+    )
+    return "\n\n".join(
+        [
+            table(headers, rows, left=1),
+            "\n".join(verdicts),
+            notes,
+            source("induction-repeated", data, timed=False),
+        ]
+    )
+
+
+# What each variant of `benchmarks.induction_causes --recipe repeated` changes.
+REPEATED_CAUSES = {
+    "recipe": "none: random filler around one pair per line, 4 heads, linear decay",
+    "constant_lr": "a constant rate of 1e-3",
+    "heads_8": "8 heads of 8",
+    "heads_8_decay_4000": "8 heads, the decay of 4,000 updates (a higher rate throughout)",
+    "heads_8_decay_4000_long_pairs": "8 heads, decay of 4,000, T 24-31 (less filler)",
+    "heads_8_pure_lines": "8 heads, each line the pair alone, one per padded row",
+    "repeat_to_fill": "the half repeated to fill the line (no filler)",
+    "heads_8_repeat_to_fill": "8 heads, the half repeated to fill the line",
+}
+
+
+def induction_causes_repeated() -> str:
+    """What held the induction recipe on the plateau: one change at a time."""
+    data = report.load("induction-causes-repeated")
+    rows = []
+    for run in data["runs"]:
+        curve = {point["update"]: point for point in run["curve"]}
+        lowest = min(run["curve"], key=lambda point: point["repeated_half"])
+        phase = run["phase_change_update"]
+        rows.append(
+            [
+                f"`{run['variant']}`",
+                REPEATED_CAUSES.get(run["variant"], ""),
+                f"{phase:,}" if phase is not None else f"none by {run['curve'][-1]['update']:,}",
+                f"{curve[1200]['repeated_half']:.2f}",
+                f"{lowest['repeated_half']:.2f} ({lowest['update']:,})",
+                f"{curve[1200]['first_half']:.2f}",
+            ]
+        )
+    headers = [
+        "variant",
+        "change to the recipe",
+        "phase change at update",
+        "repeated half, update 1,200",
+        "lowest (update)",
+        "first half, update 1,200",
+    ]
+    return "\n\n".join(
+        [
+            table(headers, rows),
+            data["measure"] + ". " + data["note"],
+            source("induction-causes-repeated", data, timed=False),
+        ]
+    )
+
+
 def alignment() -> str:
     """Cross-attention word alignment of the quickstart model: AER against IBM Model 1."""
     data = report.load("alignment")

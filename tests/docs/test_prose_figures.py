@@ -134,10 +134,6 @@ ALLOWED: dict[str, str] = {
     "고른 토큰의 약 80%가": "BERT's masking rate (tutorial 08's exercise, Korean)",
     "(ln 60 ≈ 4.09 nats per token for 60 ordinary tokens)": "ln 60, arithmetic",
     "falls only to about 3.4-3.5 nats": "benchmarks/results/induction-causes.json's runs",
-    "came down from chance to 3.5-3.7 nats": "induction-repeated.json's curves (named there)",
-    "worth 1 nat (`benchmarks/results/induction-repeated.json`": "issue 50's ablation goal",
-    "about 3.5 nats, with no induction head": "benchmarks/results/induction-repeated.json's "
-        "three runs, stopped by hand (its Source is on the heads page)",
     # a tutorial's own output on another CPU (issue 41 reported it from an Intel Xeon)
     "Intel Xeon printed 95, 86 and 5% for the sinusoids, 100, 74 and 23%":
         "tutorial 03's own table, as issue 41 reports it from an Intel Xeon",
