@@ -178,3 +178,64 @@ def efficient_task(name: str) -> str:
         f"{about} {said_baselines}"
     )
     return "\n\n".join([table(headers, rows, left=1), said, source(name, data)])
+
+
+RECALL_TASKS = {
+    "mqar": "MQAR (N key-value pairs in L positions)",
+    "selective-copy": "selective copying (N tokens at random positions among L - N, then N markers)",
+    "distance-copy": "copying over a distance (N tokens, L - 2N blanks, then N markers)",
+}
+
+
+def recall(name: str) -> str:
+    """bench_recall: each kernel variant's accuracy per cell (L, N) and width: the mean
+    over seeds, with the worst and best seed where they differ; which kernels fall 20
+    points below sdpa beyond the seed spread somewhere."""
+    data = report.load(name)
+    grid, cells = data["grid"], data["cells"]
+    order = sorted({(c["length"], c["pairs"]) for c in cells})
+    found = {(c["variant"], c["width"], c["length"], c["pairs"]): c for c in cells}
+
+    def cell(c: dict | None) -> str:
+        if c is None:
+            return "—"
+        low, high = f"{c['min']:.1f}", f"{c['max']:.1f}"
+        return f"{c['mean']:.1f}" if low == high else f"{c['mean']:.1f} ({low}–{high})"
+
+    rows = [
+        [variant, str(width)] + [cell(found.get((variant, width, *key))) for key in order]
+        for width in grid["widths"]
+        for variant in grid["kernels"]
+        if any((variant, width, *key) in found for key in order)
+    ]
+    headers = ["kernel", "width"] + [f"L {length}, N {n}" for length, n in order]
+    task = data.get("task", "mqar")
+    seeds = len(grid["seeds"])
+    if data["mode"] == "circuit":
+        how = (
+            "the set-weight circuit through one bidirectional attention layer (no training), "
+            "each kernel at the best of its score scales"
+        )
+    else:
+        shape = data["shape"].replace("_", "-")
+        how = (
+            f"two attention-only layers ({shape}, rotary positions), each kernel trained "
+            f"{grid['steps']:,} updates of {grid['batch']} sequences from the same seeds"
+        )
+    broken = sorted({g["variant"] for g in data["below_sdpa"] if g["breaks"]})
+    falls = (
+        f"Variants 20 points or more below sdpa in some cell, beyond the seed spread: "
+        f"{', '.join(broken)}."
+        if broken and seeds > 1
+        else "With one seed the spread is not measured."
+        if seeds == 1
+        else "No variant falls 20 points below sdpa beyond the seed spread."
+    )
+    partial = "" if data.get("complete", True) else f" Partial: {len(data['runs'])} runs so far."
+    said = (
+        f"Accuracy % over every answer of {data['eval_sequences']} held-out sequences: "
+        f"{RECALL_TASKS[task]}, {how}; {seeds} seed{'s' if seeds > 1 else ''} per cell "
+        f"(the mean, and in brackets the worst and best seed where they differ). {falls}"
+        f"{partial}"
+    )
+    return "\n\n".join([table(headers, rows), said, source(name, data, timed=False)])
