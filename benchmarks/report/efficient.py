@@ -239,3 +239,71 @@ def recall(name: str) -> str:
         f"{partial}"
     )
     return "\n\n".join([table(headers, rows), said, source(name, data, timed=False)])
+
+
+def cost_and_loss(length: int = 16384, width: int = 64) -> str:
+    """Each kernel's cost at one length (bench_attention --only efficient, CPU) beside
+    what it loses: its variants' mean accuracy over every cell of each set-weight
+    circuit at one width (bench_recall --mode circuit)."""
+    speed = report.load("attention")["efficient"]
+    row = next(r for r in speed["results"] if r["device"] == "cpu" and r["length"] == length)
+    steps = {r["position"]: r for r in speed["decoding"] if r["device"] == "cpu"}
+    step = steps.get(length)
+    variants = {
+        "sdpa": ("sdpa",),
+        "sliding_window": ("window-8", "window-64"),
+        "bigbird": ("bigbird",),
+        "linear": ("linear",),
+        "performer": ("performer-16", "performer-128"),
+    }
+    circuits = {
+        "MQAR": "recall-mqar-circuit",
+        "copying over a distance": "recall-distance-copy-circuit",
+        "selective copying": "recall-selective-copy-circuit",
+    }
+    means = {}
+    for task, name in circuits.items():
+        cells = [c for c in report.load(name)["cells"] if c["width"] == width]
+        for variant in {v for vs in variants.values() for v in vs}:
+            scores = [c["mean"] for c in cells if c["variant"] == variant]
+            means[task, variant] = sum(scores) / len(scores) if scores else None
+
+    def cost(value: float | None) -> str:
+        return "—" if value is None else number(value)
+
+    rows = []
+    for kernel, names in variants.items():
+        cache = step.get(f"{kernel}_cache_mib") if step else None
+        rows.append(
+            [
+                kernel,
+                " / ".join(names),
+                cost(row[f"{kernel}_train_ms"]),
+                cost(row[f"{kernel}_train_peak_mib"]),
+                cost(cache),
+            ]
+            + [
+                " / ".join(f"{means[task, v]:.0f}" for v in names if means[task, v] is not None)
+                or "—"
+                for task in circuits
+            ]
+        )
+    headers = [
+        "kernel",
+        "recall variants",
+        f"fwd+bwd ms at {length:,}",
+        f"peak MiB at {length:,}",
+        f"decoding cache MiB at {length:,}",
+    ] + [f"{task} % (mean over cells)" for task in circuits]
+    files = ", ".join(f"`benchmarks/results/{n}.json`" for n in circuits.values())
+    said = (
+        f"Cost: one layer on the CPU (d_model 256, 4 heads, batch 1; each kernel at "
+        f"bench_attention's settings, not the recall variants'), from "
+        f"`benchmarks/results/attention.json` record `efficient` (its Source line is under "
+        f"the speed tables above); SDPA's fwd+bwd at {length:,} is quadratic, the others "
+        f"linear. Loss: each variant's accuracy at width {width}, the mean over the six "
+        f"cells (L 64 to 256, N 4 to 64) and three seeds of each circuit, from {files} "
+        "(their tables and Source lines are above); BigBird has no causal form, so no "
+        "decoding cache."
+    )
+    return table(headers, rows) + "\n\n" + said

@@ -27,8 +27,10 @@ from benchmarks.report.bound import step_bound
 from benchmarks.report.cpu_inference import int8_kernels, memory, quality, quality_seeds
 from benchmarks.report.efficient import (
     attention,
+    cost_and_loss,
     efficient_attention,
     efficient_task,
+    recall,
     sdpa_backends,
     sliding_window,
 )
@@ -54,6 +56,13 @@ from benchmarks.report.speed import (
     train_compile,
 )
 from benchmarks.report.verdicts import VERDICTS, all_goals, goals
+
+# bench_recall's results files, each a table of its own name (trained, and the circuit)
+RECALL_RESULTS = tuple(
+    f"recall-{task}{mode}"
+    for task in ("mqar", "distance-copy", "selective-copy")
+    for mode in ("-circuit", "")
+)
 
 TABLES: dict[str, Callable[[], str]] = {
     "goals": goals,
@@ -85,6 +94,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "efficient-listops": lambda: efficient_task("efficient-listops"),
     "efficient-bible-genre": lambda: efficient_task("efficient-bible-genre"),
     "efficient-charlm": lambda: efficient_task("efficient-charlm"),
+    **{name: lambda name=name: recall(name) for name in RECALL_RESULTS},
+    "efficient-cost-loss": cost_and_loss,
     "positions-extrapolation": positions_extrapolation,
     "positions-bible": positions_bible,
     "pruning": pruning,
@@ -156,6 +167,10 @@ WHEN = {
     "efficient-listops": recorded("efficient-listops"),
     "efficient-bible-genre": recorded("efficient-bible-genre"),
     "efficient-charlm": recorded("efficient-charlm"),
+    **{name: recorded(name) for name in RECALL_RESULTS},
+    "efficient-cost-loss": lambda: all(
+        recorded(f"recall-{task}-circuit")() for task in ("mqar", "distance-copy", "selective-copy")
+    ),
 }
 
 

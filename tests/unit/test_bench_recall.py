@@ -4,9 +4,12 @@ the tasks' cells."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from aiayn.data.recall import IGNORE, MARKER
+from benchmarks import report
 from benchmarks.bench_recall import (
     GRIDS,
     TASKS,
@@ -98,3 +101,77 @@ def test_a_cells_task_has_length_l_and_answers_in_its_answer_range(task):
 def test_an_unknown_task_is_refused_by_name():
     with pytest.raises(ValueError, match="unknown task 'copy'"):
         make_task("copy", 64, 8)
+
+
+def write_sweep(directory, name, task, scores):
+    """A results file as bench_recall writes it (`payload`), from hand-written accuracies:
+    {(variant, length, pairs, width): [per seed]}."""
+    from benchmarks.bench_recall import Grid, payload
+
+    runs = [
+        {"variant": v, "length": length, "pairs": n, "width": w, "seed": s, "accuracy": a}
+        for (v, length, n, w), seeds in scores.items()
+        for s, a in enumerate(seeds)
+    ]
+    variants = tuple(dict.fromkeys(v for v, *_ in scores))
+    cells = tuple(dict.fromkeys((length, n) for _, length, n, _ in scores))
+    widths = tuple(sorted({w for *_, w in scores}))
+    grid = Grid(cells=cells, widths=widths, kernels=variants, steps=0)
+    record = payload("circuit", "circuit", grid, runs, 1, task)
+    (directory / f"{name}.json").write_text(json.dumps({**record, "date": "2026-11-27 15:00"}))
+
+
+def test_the_report_renders_a_sweep_per_variant_width_and_cell(monkeypatch, tmp_path):
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    write_sweep(
+        tmp_path,
+        "recall-distance-copy-circuit",
+        "distance-copy",
+        {
+            ("sdpa", 64, 4, 16): [100.0, 100.0, 100.0],
+            ("sdpa", 128, 8, 16): [100.0, 99.98, 100.0],
+            ("linear", 64, 4, 16): [60.0, 70.0, 80.0],
+            ("linear", 128, 8, 16): [90.0, 95.0, 99.0],
+        },
+    )
+    assert report.WHEN["recall-distance-copy-circuit"]()
+    assert not report.WHEN["recall-selective-copy-circuit"]()
+    lines = report.TABLES["recall-distance-copy-circuit"]().splitlines()
+    assert lines[0] == "| kernel | width | L 64, N 4 | L 128, N 8 |"
+    # the mean, and the worst and best seed where they differ as printed
+    assert lines[2] == "| sdpa | 16 | 100.0 | 100.0 |"
+    assert lines[3] == "| linear | 16 | 70.0 (60.0–80.0) | 94.7 (90.0–99.0) |"
+    text = "\n".join(lines)
+    assert "copying over a distance" in text
+    assert "below sdpa in some cell, beyond the seed spread: linear." in text
+
+
+def test_cost_beside_loss_takes_each_variants_mean_over_the_cells(monkeypatch, tmp_path):
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    kernels = ("sdpa", "sliding_window", "bigbird", "linear", "performer")
+    row = {"device": "cpu", "length": 16384}
+    step = {"device": "cpu", "position": 16384}
+    for i, kernel in enumerate(kernels):
+        row[f"{kernel}_train_ms"], row[f"{kernel}_train_peak_mib"] = 1000.0 + i, 50.0 + i
+        if kernel != "bigbird":
+            step[f"{kernel}_cache_mib"] = 2.0 + i
+    efficient = {"results": [row], "decoding": [step]}
+    (tmp_path / "attention.json").write_text(json.dumps({"efficient": efficient}))
+    for task in ("mqar", "distance-copy", "selective-copy"):
+        write_sweep(
+            tmp_path,
+            f"recall-{task}-circuit",
+            task,
+            {
+                ("sdpa", 64, 4, 64): [100.0] * 3,
+                ("sdpa", 128, 8, 64): [100.0] * 3,
+                ("linear", 64, 4, 64): [30.0] * 3,
+                ("linear", 128, 8, 64): [10.0] * 3,
+                ("linear", 64, 4, 16): [90.0] * 3,  # another width: not counted
+            },
+        )
+    assert report.WHEN["efficient-cost-loss"]()
+    lines = report.TABLES["efficient-cost-loss"]().splitlines()
+    assert lines[2] == "| sdpa | sdpa | 1,000 | 50.0 | 2.00 | 100 | 100 | 100 |"
+    assert lines[4] == "| bigbird | bigbird | 1,002 | 52.0 | — | — | — | — |"
+    assert lines[5] == "| linear | linear | 1,003 | 53.0 | 5.00 | 20 | 20 | 20 |"
