@@ -160,7 +160,8 @@ def test_each_language_searches_its_own_pages(site):
 def test_the_korean_site_says_which_pages_are_english_and_names_its_menus_in_korean(site):
     notice = "이 페이지는 영어로만 있습니다"
     assert notice in text_of(site / "ko" / "reference" / "recipe" / "index.html")
-    assert notice in text_of(site / "ko" / "explanation" / "efficient-attention" / "index.html")
+    assert notice in text_of(site / "ko" / "explanation" / "decoding-engine" / "index.html")
+    assert notice not in text_of(site / "ko" / "explanation" / "efficient-attention" / "index.html")
     assert notice not in text_of(site / "ko" / "tutorials" / "06-beam-search" / "index.html")
     assert notice not in text_of(site / "reference" / "recipe" / "index.html")
     menu = text_of(site / "ko" / "index.html")
