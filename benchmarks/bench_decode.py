@@ -55,7 +55,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 from benchmarks import common, decode_race  # torch is imported where used (see decode_systems)
@@ -128,18 +127,6 @@ def write_vmap(shortlist_path: Path, out: Path) -> None:
         if targets:
             lines.append(f"{names[source]}\t{' '.join(targets)}")
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
-
-
-def baseline_checkout(workdir: Path, commit: str) -> Path:
-    """A git worktree of this repository at `commit` (made once, in the workdir)."""
-    checkout = workdir / f"aiayn-{commit}"
-    if not checkout.exists():
-        root = Path(__file__).resolve().parents[1]
-        subprocess.run(
-            ["git", "-C", str(root), "worktree", "add", "--detach", str(checkout), commit],
-            check=True,
-        )
-    return checkout
 
 
 def _ratio(value: float | None) -> str:
@@ -436,7 +423,7 @@ def main() -> None:
         baseline = f"aiayn@{args.against}"
         LABELS[baseline] = f"aiayn {args.against}"
         systems.append(baseline)
-        checkout = baseline_checkout(workdir, args.against)
+        checkout = common.baseline_checkout(workdir, args.against)
     shortlist_setting = None
     if set(systems) & {*SHORTLIST_SYSTEMS, *VMAP_SYSTEMS}:
         shortlist_setting = prepare_shortlist(

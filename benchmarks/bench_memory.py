@@ -25,7 +25,6 @@ import sys
 from pathlib import Path
 
 from benchmarks import common
-from benchmarks.bench_decode import baseline_checkout
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,7 +75,7 @@ def main() -> None:
     args = parser.parse_args()
     workdir = args.workdir or common.default_workdir()
     workdir.mkdir(parents=True, exist_ok=True)
-    before = baseline_checkout(workdir, args.before) / "src"
+    before = common.baseline_checkout(workdir, args.before) / "src"
     systems = [
         ("before", before, "fp32"),
         ("now", ROOT / "src", "fp32"),

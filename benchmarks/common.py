@@ -418,6 +418,18 @@ def command_line() -> str:
     return " ".join([program.removesuffix(".__main__"), *sys.argv[1:]])
 
 
+def baseline_checkout(workdir: Path, commit: str) -> Path:
+    """A git worktree of this repository at `commit` (made once, in the workdir)."""
+    checkout = workdir / f"aiayn-{commit}"
+    if not checkout.exists():
+        root = Path(__file__).resolve().parents[1]
+        subprocess.run(
+            ["git", "-C", str(root), "worktree", "add", "--detach", str(checkout), commit],
+            check=True,
+        )
+    return checkout
+
+
 def write_json(name: str, payload: dict[str, Any]) -> Path:
     """RESULTS/NAME.json: `provenance()` (its load less the payload's threads) and `payload`."""
     RESULTS.mkdir(parents=True, exist_ok=True)

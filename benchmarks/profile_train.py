@@ -11,7 +11,10 @@ CPU and splits their time by op kind:
     matmul / linear     aten mm, addmm, bmm, baddbmm, matmul, linear (forward and backward)
     attention (SDPA)    the fused scaled_dot_product_attention kernels and their backward
     softmax + loss      the loss function's forward (label-smoothed cross-entropy over the
-                        vocabulary) and the (log-)softmax and nll backward ops
+                        vocabulary) and the (log-)softmax and nll backward ops; with the
+                        projection fused into the loss (`aiayn.training.loss.network_loss`,
+                        since issue 45) this includes the pre-softmax projection's three
+                        products, which the fused function makes itself
     layer norm          native_layer_norm and its backward
     embedding           embedding lookups and their backward
     dropout             dropout masks and their backward
@@ -43,7 +46,7 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-import aiayn.training.tasks.translation as translation
+import aiayn.training.loss as loss_module
 from aiayn.config.recipes import recipes_dir
 from aiayn.data.corpus import PreparedCorpus
 from aiayn.models import build_model
@@ -142,9 +145,8 @@ def main() -> None:
             return batch
 
         trainer._next_batch = marked(recorded_batch, DATA)
-        translation.label_smoothed_cross_entropy = marked(
-            translation.label_smoothed_cross_entropy, LOSS
-        )
+        for name in ("label_smoothed_cross_entropy", "projected_cross_entropy"):
+            setattr(loss_module, name, marked(getattr(loss_module, name), LOSS))
         network = trainer.model  # no DDP, no compile: the quickstart's eager step
 
         for _ in range(args.warmup):

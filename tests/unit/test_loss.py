@@ -6,7 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from aiayn.training.loss import label_smoothed_cross_entropy
+from aiayn import ModelConfig, Transformer
+from aiayn.models.registry import build_model
+from aiayn.training.loss import label_smoothed_cross_entropy, network_loss, projected_cross_entropy
 
 PAD = 0
 
@@ -78,3 +80,98 @@ def test_bf16_logits_get_bf16_gradients_close_to_float32_ones():
         assert torch.equal(x.detach(), before)  # the backward works on a copy
         grads.append(x.grad.float())
     torch.testing.assert_close(grads[1], grads[0], rtol=2e-2, atol=2e-3)
+
+
+# ----- the projection fused with the loss ------------------------------------------------
+
+
+def _projection_case(seed: int, bias: bool, rows: int = 2 * 256 + 37):
+    """States, matrix, bias and targets for more rows than one block (pads included)."""
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(1, rows, 24, generator=g, requires_grad=True)
+    weight = (torch.randn(90, 24, generator=g) * 0.3).requires_grad_()
+    vector = torch.randn(90, generator=g).requires_grad_() if bias else None
+    target = torch.randint(1, 90, (1, rows), generator=g)
+    target[0, ::7] = 0  # pads
+    return hidden, weight, vector, target
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("epsilon", [0.0, 0.1])
+def test_projected_loss_and_gradients_equal_linear_then_torch_cross_entropy(bias, epsilon):
+    hidden, weight, vector, target = _projection_case(0, bias)
+    params = [t for t in (hidden, weight, vector) if t is not None]
+    logits = F.linear(hidden, weight, vector).view(-1, 90)
+    reference = F.cross_entropy(
+        logits, target.view(-1), ignore_index=0, label_smoothing=epsilon, reduction="sum"
+    )
+    nll = F.cross_entropy(logits, target.view(-1), ignore_index=0, reduction="sum")
+    expected = torch.autograd.grad(reference, params)
+
+    out = projected_cross_entropy(hidden, weight, vector, target, 0, epsilon)
+    got = torch.autograd.grad(out.loss, params)
+
+    assert out.loss.item() == pytest.approx(reference.item(), rel=1e-5)
+    assert out.nll.item() == pytest.approx(nll.item(), rel=1e-5)
+    assert out.n_tokens.item() == int((target != 0).sum())
+    for want, have in zip(expected, got, strict=True):
+        torch.testing.assert_close(have, want, rtol=1e-4, atol=1e-5)
+    assert got[0][0, ::7].abs().max() == 0  # a pad row gets no gradient
+
+
+def test_projected_loss_under_bf16_autocast_is_close_to_float32():
+    hidden, weight, _, target = _projection_case(1, bias=False)
+    full = projected_cross_entropy(hidden, weight, None, target, 0, 0.1)
+    full_grads = torch.autograd.grad(full.loss, [hidden, weight])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        half = projected_cross_entropy(hidden, weight, None, target, 0, 0.1)
+    half_grads = torch.autograd.grad(half.loss, [hidden, weight])
+    assert half.loss.dtype == torch.float32
+    assert half.loss.item() == pytest.approx(full.loss.item(), rel=1e-2)
+    for want, have in zip(full_grads, half_grads, strict=True):
+        assert have.dtype == want.dtype == torch.float32
+        assert (have - want).norm() < 0.02 * want.norm()
+
+
+def test_projected_nll_is_not_differentiable_and_no_grad_skips_the_gradients():
+    hidden, weight, _, target = _projection_case(2, bias=False)
+    out = projected_cross_entropy(hidden, weight, None, target, 0, 0.1)
+    with pytest.raises(RuntimeError, match="only the loss is differentiable"):
+        out.nll.backward()
+    with torch.no_grad():
+        again = projected_cross_entropy(hidden, weight, None, target, 0, 0.1)
+    assert again.loss.item() == pytest.approx(out.loss.item(), rel=1e-6)
+    assert not again.loss.requires_grad
+
+
+@pytest.mark.parametrize("shape", ["transformer", "gpt", "bert"])
+def test_network_loss_fuses_unless_the_logits_are_hooked_and_both_agree(shape):
+    torch.manual_seed(0)
+    vocab = 40
+    if shape == "transformer":
+        model = Transformer(ModelConfig.tiny(vocab_size=vocab))
+        inputs = (torch.randint(3, vocab, (3, 6)), torch.randint(3, vocab, (3, 5)))
+    else:
+        preset = ModelConfig.gpt if shape == "gpt" else ModelConfig.bert
+        model = build_model(preset(vocab, d_model=16, n_heads=2, d_ff=32, n_layers=1))
+        inputs = (torch.randint(3, vocab, (3, 5)),)
+    model.eval()  # no dropout: both passes see the same network
+    target = torch.randint(3, vocab, (3, 5))
+    target[0, 3:] = model.cfg.pad_id
+
+    calls = []
+    model.hook_logits.register_forward_hook(lambda module, args, out: calls.append(out.shape))
+    unfused = network_loss(model, inputs, target, model.cfg.pad_id, 0.1)
+    unfused_grads = torch.autograd.grad(unfused.loss, list(model.parameters()), allow_unused=True)
+    assert calls == [(3, 5, vocab)]  # the hook saw the logits: the plain path ran
+
+    model.hook_logits._forward_hooks.clear()
+    fused = network_loss(model, inputs, target, model.cfg.pad_id, 0.1)
+    fused_grads = torch.autograd.grad(fused.loss, list(model.parameters()), allow_unused=True)
+    assert calls == [(3, 5, vocab)]  # no logits were made
+    assert fused.loss.item() == pytest.approx(unfused.loss.item(), rel=1e-5)
+    for want, have in zip(unfused_grads, fused_grads, strict=True):
+        if want is None:
+            assert have is None
+        else:
+            torch.testing.assert_close(have, want, rtol=1e-4, atol=1e-6)

@@ -66,20 +66,27 @@ class DecoderOnly(PreSoftmaxProjection):
             if layer.feed_forward is not None:  # None: attention-only (d_ff 0)
                 nn.init.normal_(layer.feed_forward.linear2.weight, std=residual_std)
 
-    def forward(self, ids: Tensor, cache: DecoderCache | None = None) -> Tensor:
+    def forward(
+        self, ids: Tensor, cache: DecoderCache | None = None, project: bool = True
+    ) -> Tensor:
         """Next-token logits at every position.
 
         Args:
             ids: (B, T) token ids; with a `cache`, only those after the cached prefix.
             cache: from `aiayn.inference.decoding.new_cache`; filled and extended in place.
+            project: False gives `hidden`'s states instead of the logits, for a loss that
+                applies the pre-softmax projection itself
+                (`aiayn.training.loss.projected_cross_entropy`).
 
         Returns:
-            (B, T, V) unnormalised scores of the token after each position.
+            (B, T, V) unnormalised scores of the token after each position, or (B, T, D)
+            states.
 
         Raises:
             ValueError: if the sequence (cached prefix included) is longer than `cfg.max_len`.
         """
-        return self.project(self.hidden(ids, cache))
+        hidden = self.hidden(ids, cache)
+        return self.project(hidden) if project else hidden
 
     def hidden(self, ids: Tensor, cache: DecoderCache | None = None) -> Tensor:
         """The last layer's states (after the final LayerNorm, if any): (B, T, D)."""

@@ -97,20 +97,23 @@ class Transformer(PreSoftmaxProjection):
 
     # ----- the three entry points -------------------------------------------
 
-    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+    def forward(self, src: Tensor, tgt_in: Tensor, project: bool = True) -> Tensor:
         """Teacher-forced logits.
 
         Args:
             src: (B, S) source ids, padded with `cfg.pad_id`.
             tgt_in: (B, T) target ids shifted right (bos first), padded likewise.
+            project: False gives the decoder's last states instead of the logits, for a
+                loss that applies the pre-softmax projection itself
+                (`aiayn.training.loss.projected_cross_entropy`).
 
         Returns:
-            (B, T, V) unnormalised next-token scores.
+            (B, T, V) unnormalised next-token scores, or (B, T, D) states.
 
         Raises:
             ValueError: if a sequence is longer than `cfg.max_len`.
         """
-        return self.decode(tgt_in, self.encode(src))
+        return self.decode(tgt_in, self.encode(src), project=project)
 
     def encode(self, src: Tensor) -> EncoderOutput:
         """Run the encoder once: (B, S) ids to an `EncoderOutput`."""
@@ -120,7 +123,11 @@ class Transformer(PreSoftmaxProjection):
         return EncoderOutput(hidden, real_tokens)
 
     def decode(
-        self, tgt: Tensor, encoded: EncoderOutput, cache: DecoderCache | None = None
+        self,
+        tgt: Tensor,
+        encoded: EncoderOutput,
+        cache: DecoderCache | None = None,
+        project: bool = True,
     ) -> Tensor:
         """Logits for target ids given the encoder output.
 
@@ -128,15 +135,16 @@ class Transformer(PreSoftmaxProjection):
             tgt: (B, T) target ids; with a `cache`, only the positions not yet decoded.
             encoded: from `encode`, one row per row of `tgt`.
             cache: from `aiayn.inference.decoding.new_cache`; filled and extended in place.
+            project: False stops before the pre-softmax projection (see `forward`).
 
         Returns:
-            (B, T, V) logits.
+            (B, T, V) logits, or (B, T, D) states.
         """
         offset = 0 if cache is None else cache.length
         self._check_length(tgt, "target", offset)
         memory_mask = self.source_mask(encoded.real_tokens)
         hidden = self.decoder(tgt, encoded.hidden, memory_mask, cache)
-        return self.project(hidden)
+        return self.project(hidden) if project else hidden
 
     def output_embedding(self) -> nn.Embedding:
         """The target embedding: the pre-softmax matrix when tied (section 3.4)."""

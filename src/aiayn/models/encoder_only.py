@@ -71,21 +71,28 @@ class EncoderOnly(PreSoftmaxProjection):
         """BERT's initialisation: `normal_initialisation`, std 0.02."""
         normal_initialisation(self)
 
-    def forward(self, ids: Tensor, token_types: Tensor | None = None) -> Tensor:
+    def forward(
+        self, ids: Tensor, token_types: Tensor | None = None, project: bool = True
+    ) -> Tensor:
         """Masked-language-model logits at every position.
 
         Args:
             ids: (B, T) token ids, padded with `cfg.pad_id` (masked out as keys).
             token_types: (B, T) segment ids in [0, type_vocab_size), or None (all 0).
+            project: False gives the MLM head's states instead of the logits, for a loss
+                that applies the pre-softmax projection itself
+                (`aiayn.training.loss.projected_cross_entropy`).
 
         Returns:
-            (B, T, V) unnormalised scores of the token at each position.
+            (B, T, V) unnormalised scores of the token at each position, or (B, T, D)
+            states.
 
         Raises:
             ValueError: if a sequence is longer than `cfg.max_len`, or token types are
                 given to a model without them.
         """
-        return self.project(self.mlm_head(self.encode(ids, token_types)))
+        hidden = self.mlm_head(self.encode(ids, token_types))
+        return self.project(hidden) if project else hidden
 
     def encode(self, ids: Tensor, token_types: Tensor | None = None) -> Tensor:
         """The encoder's output: (B, T, D) states (BERT's `last_hidden_state`)."""

@@ -12,10 +12,13 @@ Shape legend: B batch, T target length, V vocabulary.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+
+from aiayn.models.stacks import PreSoftmaxProjection
 
 
 @dataclass
@@ -97,3 +100,164 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
         grad.scatter_add_(-1, target.unsqueeze(-1), onehot.expand(target.shape).unsqueeze(-1))
         grad.mul_(real.unsqueeze(-1))
         return grad.to(logits.dtype), None, None, None
+
+
+def network_loss(
+    network: nn.Module, inputs: tuple[Tensor, ...], target: Tensor, pad_id: int, epsilon: float
+) -> LossOutput:
+    """`network(*inputs)`'s logits scored against `target` by label-smoothed cross-entropy.
+
+    A model with a pre-softmax projection (`aiayn.models.stacks.PreSoftmaxProjection`:
+    every shape aiayn builds) gives its last states (`project=False`), and the projection
+    runs fused with the loss (`projected_cross_entropy`), unless a hook listens to its
+    logits; anything else is called as is and scored by `label_smoothed_cross_entropy`.
+
+    Args:
+        network: the model, or the trainer's DDP / compiled wrapper of it.
+        inputs: the positional arguments of its forward.
+        target: (B, T) reference ids, padded with `pad_id`.
+        pad_id: the id whose positions are ignored.
+        epsilon: the smoothing mass.
+
+    Returns:
+        The summed loss, the summed NLL and the token count.
+    """
+    model = _unwrapped(network)
+    fusable = isinstance(model, PreSoftmaxProjection) and _takes_project(model)
+    if not fusable or model.hook_logits.listened():
+        return label_smoothed_cross_entropy(network(*inputs), target, pad_id, epsilon)
+    hidden = network(*inputs, project=False)  # (B, T, D)
+    return projected_cross_entropy(
+        hidden, model.output_weight(), model.output_bias, target, pad_id, epsilon
+    )
+
+
+def _takes_project(model: nn.Module) -> bool:
+    """Whether `model.forward` has the `project` switch (aiayn's shapes do; a subclass
+    from elsewhere may not)."""
+    return "project" in inspect.signature(model.forward).parameters
+
+
+def _unwrapped(network: nn.Module) -> nn.Module:
+    """The module under DDP's (`module`) and torch.compile's (`_orig_mod`) wrappers."""
+    while True:
+        inner = getattr(network, "_orig_mod", None) or getattr(network, "module", None)
+        if not isinstance(inner, nn.Module):
+            return network
+        network = inner
+
+
+PROJECTED_ROWS = 256  # rows of logits made at a time: (256, V) floats stay in the cache
+
+
+def projected_cross_entropy(
+    hidden: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    target: Tensor,
+    pad_id: int,
+    epsilon: float = 0.1,
+) -> LossOutput:
+    """`label_smoothed_cross_entropy(linear(hidden, weight, bias), ...)` without the logits.
+
+    The pre-softmax projection and the loss, fused: the (B, T, V) logits are never made
+    whole. The real (non-pad) positions are taken `PROJECTED_ROWS` at a time; each block
+    of logits is made, scored and turned into its gradient at once, while it is still in
+    the cache, and only the gradients of `hidden`, `weight` and `bias` are kept for the
+    backward pass. Pad positions cost nothing. With a vocabulary of thousands and a
+    small d_model the logits are most of a training step's memory traffic
+    (benchmarks/profile_train.py); fused, the quickstart's step is faster
+    (benchmarks/results/train-fused-loss.json). The sums equal the unfused loss up to
+    float rounding (another order of additions); under autocast the products run in its
+    dtype, as `linear` would.
+
+    Only the loss is differentiable: the NLL is for reading (perplexity), and a backward
+    pass through it is refused.
+
+    Args:
+        hidden: (B, T, D) the decoder's last states.
+        weight: (V, D) the pre-softmax matrix (`PreSoftmaxProjection.output_weight`).
+        bias: (V,) or None.
+        target: (B, T) reference ids, padded with `pad_id`.
+        pad_id: the id whose positions are ignored.
+        epsilon: the smoothing mass.
+
+    Returns:
+        The summed loss, the summed NLL and the token count, as
+        `label_smoothed_cross_entropy` gives them.
+    """
+    real = target != pad_id  # (B, T)
+    rows = real.flatten().nonzero().squeeze(-1)  # (M,) the real positions
+    wants_grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (hidden, weight, bias)
+    )
+    loss, nll = _ProjectedSmoothedCrossEntropy.apply(
+        hidden, weight, bias, target.flatten()[rows], rows, epsilon, wants_grad
+    )
+    return LossOutput(loss=loss, nll=nll, n_tokens=real.sum())
+
+
+class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
+    """(hidden, weight, bias, target ids of the real rows, the real rows, epsilon, wants_grad)
+    -> (summed smoothed loss, summed nll), float32; the formulas of `_SmoothedCrossEntropy`,
+    with x = hidden @ weight.T + bias made block by block and its gradient g taken through
+    the product at once: d hidden = g @ weight, d weight = g.T @ hidden, d bias = sum g."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, target, rows, epsilon, wants_grad):
+        ctx.set_materialize_grads(False)
+        device = hidden.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
+        with torch.autocast(device, enabled=False):
+            states = hidden.reshape(-1, hidden.shape[-1])  # (B*T, D)
+            matrix = weight if dtype is None else weight.to(dtype)  # (V, D)
+            vocab = matrix.shape[0]
+            loss_sum = torch.zeros((), device=hidden.device)
+            nll_sum = torch.zeros((), device=hidden.device)
+            if wants_grad:
+                grad_states = torch.zeros(states.shape, device=hidden.device)  # (B*T, D)
+                grad_weight = torch.zeros(weight.shape, device=hidden.device)  # (V, D)
+                grad_bias = None if bias is None else torch.zeros(vocab, device=hidden.device)
+            for start in range(0, len(rows), PROJECTED_ROWS):
+                block = rows[start : start + PROJECTED_ROWS]  # (R,)
+                ids = target[start : start + PROJECTED_ROWS].unsqueeze(-1)  # (R, 1)
+                x = states[block]
+                x = x if dtype is None else x.to(dtype)  # (R, D)
+                scores = (x @ matrix.T).float()  # (R, V)
+                if bias is not None:
+                    scores += bias.float()
+                lse = torch.logsumexp(scores, dim=-1)  # (R,)
+                nll = lse - scores.gather(-1, ids).squeeze(-1)
+                uniform = lse - scores.mean(dim=-1)
+                loss_sum += ((1.0 - epsilon) * nll + epsilon * uniform).sum()
+                nll_sum += nll.sum()
+                if not wants_grad:
+                    continue
+                grad = scores.sub_(lse.unsqueeze(-1)).exp_().sub_(epsilon / vocab)  # (R, V)
+                grad.scatter_add_(-1, ids, grad.new_full(ids.shape, epsilon - 1.0))
+                if grad_bias is not None:
+                    grad_bias += grad.sum(dim=0)
+                grad = grad.to(x.dtype)
+                grad_states[block] = (grad @ matrix).float()  # (R, D)
+                grad_weight += (grad.T @ x).float()  # (V, D)
+        if wants_grad:
+            ctx.grads = (grad_states.view(hidden.shape), grad_weight, grad_bias)
+            ctx.dtypes = (hidden.dtype, weight.dtype, None if bias is None else bias.dtype)
+        return loss_sum, nll_sum
+
+    @staticmethod
+    def backward(ctx, grad_loss, grad_nll):
+        if grad_nll is not None:
+            raise RuntimeError(
+                "projected_cross_entropy: only the loss is differentiable, not the NLL"
+            )
+        if grad_loss is None:
+            return (None,) * 7
+        grad_states, grad_weight, grad_bias = ctx.grads
+        del ctx.grads
+        return (
+            (grad_states * grad_loss).to(ctx.dtypes[0]),
+            (grad_weight * grad_loss).to(ctx.dtypes[1]),
+            None if grad_bias is None else (grad_bias * grad_loss).to(ctx.dtypes[2]),
+            None, None, None, None,
+        )  # fmt: skip

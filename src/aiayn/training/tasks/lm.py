@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from aiayn.config import ModelConfig, TrainConfig
 from aiayn.data.lm import MakeBatch, SequenceBatches, TokenBatch, pack, padded, read_documents
-from aiayn.training.loss import LossOutput, label_smoothed_cross_entropy
+from aiayn.training.loss import LossOutput, network_loss
 from aiayn.training.tasks.base import Autocast, TaskData, register_task
 
 if TYPE_CHECKING:
@@ -93,9 +93,9 @@ def in_context_loss(
 def token_loss(
     network: nn.Module, batch: TokenBatch, pad_id: int, label_smoothing: float
 ) -> LossOutput:
-    """network(inputs) -> label-smoothed cross-entropy on the positions with a label."""
-    logits = network(batch.inputs)  # (B, T, V)
-    return label_smoothed_cross_entropy(logits, batch.labels, pad_id, label_smoothing)
+    """network(inputs) -> label-smoothed cross-entropy on the positions with a label (the
+    projection to the vocabulary fused with the loss: `network_loss`)."""
+    return network_loss(network, (batch.inputs,), batch.labels, pad_id, label_smoothing)
 
 
 def check_budget(config: TrainConfig, length: int, what: str) -> None:

@@ -2,7 +2,8 @@
 
 data:        (source, target) pairs -> ids -> token-budget batches of `Batch`
              (pairs that do not fit the model's max_len are left out and counted)
-loss:        network(src, tgt_in) -> logits -> label-smoothed cross-entropy on tgt_out
+loss:        network(src, tgt_in) -> states -> projection and label-smoothed
+             cross-entropy on tgt_out, fused (`aiayn.training.loss.network_loss`)
 validation:  greedy-search sacreBLEU on the first `valid_bleu_sentences` pairs
 """
 
@@ -18,7 +19,7 @@ from torch import nn
 from aiayn.config import ModelConfig, TrainConfig
 from aiayn.data.batch import Batch
 from aiayn.data.batching import TokenBatcher
-from aiayn.training.loss import LossOutput, label_smoothed_cross_entropy
+from aiayn.training.loss import LossOutput, network_loss
 from aiayn.training.tasks.base import Autocast, TaskData, register_task
 
 if TYPE_CHECKING:
@@ -92,9 +93,10 @@ class TranslationTask:
         return TaskData(train=train, valid=valid)
 
     def loss(self, network: nn.Module, batch: Batch, label_smoothing: float) -> LossOutput:
-        """Teacher forcing: the decoder reads bos + target and predicts target + eos."""
-        logits = network(batch.src, batch.tgt_in)  # (B, T, V)
-        return label_smoothed_cross_entropy(logits, batch.tgt_out, self.cfg.pad_id, label_smoothing)
+        """Teacher forcing: the decoder reads bos + target and predicts target + eos (the
+        projection to the vocabulary fused with the loss: `network_loss`)."""
+        inputs = (batch.src, batch.tgt_in)
+        return network_loss(network, inputs, batch.tgt_out, self.cfg.pad_id, label_smoothing)
 
     def target_tokens(self, batch: Batch) -> int:
         """Real tokens of `tgt_out`, eos included."""
