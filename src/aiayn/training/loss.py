@@ -226,14 +226,19 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
                 scores = (x @ matrix.T).float()  # (R, V)
                 if bias is not None:
                     scores += bias.float()
-                lse = torch.logsumexp(scores, dim=-1)  # (R,)
-                nll = lse - scores.gather(-1, ids).squeeze(-1)
-                uniform = lse - scores.mean(dim=-1)
+                reference = scores.gather(-1, ids).squeeze(-1)  # (R,)
+                mean = scores.mean(dim=-1)  # (R,)
+                top = scores.amax(dim=-1, keepdim=True)  # (R, 1)
+                exp = scores.sub_(top).exp_()  # (R, V), in place: one exp serves both ways
+                total = exp.sum(dim=-1)  # (R,)
+                lse = top.squeeze(-1) + total.log()  # logsumexp
+                nll = lse - reference
+                uniform = lse - mean
                 loss_sum += ((1.0 - epsilon) * nll + epsilon * uniform).sum()
                 nll_sum += nll.sum()
                 if not wants_grad:
                     continue
-                grad = scores.sub_(lse.unsqueeze(-1)).exp_().sub_(epsilon / vocab)  # (R, V)
+                grad = exp.div_(total.unsqueeze(-1)).sub_(epsilon / vocab)  # softmax - eps/V
                 grad.scatter_add_(-1, ids, grad.new_full(ids.shape, epsilon - 1.0))
                 if grad_bias is not None:
                     grad_bias += grad.sum(dim=0)
