@@ -239,7 +239,9 @@ def goals(runs: list[dict[str, Any]]) -> dict[str, Any]:
             (min(m, c), h)
             for h, (m, c) in enumerate(zip(scored["induction"][1], run["copying"][1], strict=True))
         )
-        ablation = run["circuit"]["ablations"][0]
+        # the named induction head (the goal's), its previous-token partner, and every
+        # layer-1 head scoring INDUCTION_HEAD (`circuit`'s order), for comparison
+        ablation, partner, _both, strong = run["circuit"]["ablations"]
         per_seed.append(
             {
                 "seed": run.get("seed"),
@@ -248,6 +250,11 @@ def goals(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 "layer0_previous_token": round(max(scored["previous_token"][0]), 4),
                 "ablation_repeated_rise": ablation["repeated_half_rise"],
                 "ablation_first_rise": ablation["first_half_rise"],
+                "partner_repeated_rise": partner["repeated_half_rise"],
+                "partner_first_rise": partner["first_half_rise"],
+                "induction_heads": len(strong["heads"]),
+                "induction_heads_repeated_rise": strong["repeated_half_rise"],
+                "induction_heads_first_rise": strong["first_half_rise"],
             }
         )
     return {
@@ -348,6 +355,15 @@ def main() -> None:
         args.name,
         {
             "args": {**vars(args), "runs": [str(r) for r in args.runs]},
+            "measures": [
+                {
+                    "system": args.title,
+                    "cell": f"{len(runs)} runs ({', '.join(_label(r) for r in runs)}), "
+                    f"test sequences of {args.length}"
+                    + (", every checkpoint, composition and ablations" if args.checkpoints else ""),
+                    "harness": "record_induction",
+                }
+            ],
             "note": args.note,
             "runs": runs,
             **({"goals": goals(runs)} if args.checkpoints else {}),

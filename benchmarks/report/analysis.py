@@ -198,19 +198,26 @@ def induction_repeated() -> str:
             [
                 str(seed["seed"]),
                 f"{run['checkpoints'][-1]['step']:,}",
+                f"{run['train_seconds'] / 60:.1f}",
                 f"{phase:,}" if phase is not None else "none",
                 f"{seed['layer1_head_prefix_and_copying']:.2f}",
                 f"{seed['layer0_previous_token']:.2f}",
                 f"{seed['ablation_repeated_rise']:+.2f} / {seed['ablation_first_rise']:+.2f}",
+                f"{seed['partner_repeated_rise']:+.2f} / {seed['partner_first_rise']:+.2f}",
+                f"{seed['induction_heads_repeated_rise']:+.2f} / "
+                f"{seed['induction_heads_first_rise']:+.2f} ({seed['induction_heads']})",
             ]
         )
     headers = [
         "seed",
         "updates",
+        "training minutes",
         "phase change at update",
         "layer 1: min(prefix matching, copying)",
         "layer 0: previous token",
-        "ablation: repeated / first half (nats)",
+        "zero the induction head: repeated / first half (nats)",
+        "its previous-token partner",
+        "every layer-1 induction head (how many)",
     ]
     seeds = len(goals["per_seed"])
     verdicts = [
@@ -219,7 +226,9 @@ def induction_repeated() -> str:
     ]
     notes = (
         "Scores on repeated random symbols as `aiayn induction` gives them for the last "
-        "checkpoint; the ablation zeroes the best layer-1 prefix-matching head. "
+        "checkpoint. Ablations (the rise of each half's loss): the goal's zeroes the best "
+        "layer-1 prefix-matching head alone; its previous-token partner is the layer-0 head "
+        "that K-composes with it most; an induction head scores prefix matching >= 0.3. "
         + data.get("note", "")
     )
     return "\n\n".join(

@@ -68,7 +68,12 @@ def test_goals_judge_every_seed_by_the_issue_s_thresholds():
             "copying": [[0.0, 0.0], [copying, -1.0]],
             "aiayn_induction": {"induction": [[0.0, 0.0], [prefix, 0.9]],
                                 "previous_token": [[previous, 0.1], [0.0, 0.0]]},
-            "circuit": {"ablations": [{"repeated_half_rise": rise, "first_half_rise": first_rise}]},
+            "circuit": {"ablations": [  # the head, its partner, both, every induction head
+                {"repeated_half_rise": rise, "first_half_rise": first_rise},
+                {"repeated_half_rise": 3.0, "first_half_rise": 0.01},
+                {"repeated_half_rise": 3.5, "first_half_rise": 0.02},
+                {"heads": [[1, 0], [1, 1]], "repeated_half_rise": 5.0, "first_half_rise": 0.03},
+            ]},
         }  # fmt: skip
 
     good = goals([run(0, 0.8, 0.7, 0.9, 2.5, 0.02), run(1, 0.6, 0.5, 0.5, 1.0, 0.09)])
@@ -76,6 +81,10 @@ def test_goals_judge_every_seed_by_the_issue_s_thresholds():
     assert good["ablation_every_seed"]
     # head 1 of layer 1 matches prefixes (0.9) but does not copy (-1): head 0 is the one
     assert good["per_seed"][0]["layer1_head_prefix_and_copying"] == 0.7
+    # the partner and every induction head are recorded beside the goal's single head
+    assert good["per_seed"][0]["partner_repeated_rise"] == 3.0
+    assert good["per_seed"][0]["induction_heads"] == 2
+    assert good["per_seed"][0]["induction_heads_repeated_rise"] == 5.0
     bad = goals([run(0, 0.8, 0.4, 0.9, 2.5, 0.02), run(1, 0.8, 0.7, 0.9, 0.9, 0.1, None)])
     assert not bad["heads_every_seed"]  # copying 0.4 < 0.5
     assert not bad["ablation_every_seed"] and not bad["phase_change_every_seed"]
