@@ -556,6 +556,7 @@ def payload(
                 ),
                 "cell": f"lengths {lengths}, widths {list(grid.widths)}, "
                 + (f"{grid.steps} updates, " if mode == "train" else "")
+                + ("" if grid.seeds == (0, 1, 2) else f"seeds {list(grid.seeds)}, ")
                 + common.machine(),
                 "harness": f"bench_recall --task {task} --mode {mode} --grid {grid_name}, "
                 f"{jobs} runs at a time",
