@@ -59,11 +59,14 @@ from benchmarks.report.verdicts import VERDICTS, all_goals, goals
 
 # bench_recall's results files, each a table of its own name (trained, and the circuit;
 # recall-mqar-seeds: --grid cpu-seeds)
-RECALL_RESULTS = tuple(
-    f"recall-{task}{mode}"
-    for task in ("mqar", "distance-copy", "selective-copy")
-    for mode in ("-circuit", "")
-) + ("recall-mqar-seeds",)
+RECALL_RESULTS = (
+    *(
+        f"recall-{task}{mode}"
+        for task in ("mqar", "distance-copy", "selective-copy")
+        for mode in ("-circuit", "")
+    ),
+    "recall-mqar-seeds",
+)
 
 TABLES: dict[str, Callable[[], str]] = {
     "goals": goals,
