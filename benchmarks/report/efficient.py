@@ -210,7 +210,8 @@ def recall(name: str) -> str:
     ]
     headers = ["kernel", "width"] + [f"L {length}, N {n}" for length, n in order]
     task = data.get("task", "mqar")
-    seeds = len(grid["seeds"])
+    complete = data.get("complete", True)
+    seeds = len(grid["seeds"]) if complete else min(c["seeds"] for c in cells)
     if data["mode"] == "circuit":
         how = (
             "the set-weight circuit through one bidirectional attention layer (no training), "
@@ -223,20 +224,22 @@ def recall(name: str) -> str:
             f"{grid['steps']:,} updates of {grid['batch']} sequences from the same seeds"
         )
     broken = sorted({g["variant"] for g in data["below_sdpa"] if g["breaks"]})
+    planned = len(grid["cells"]) * len(grid["widths"]) * len(grid["kernels"]) * len(grid["seeds"])
     falls = (
-        f"Variants 20 points or more below sdpa in some cell, beyond the seed spread: "
+        f"Partial: {len(data['runs'])} of its {planned} runs, so no gap is judged."
+        if not complete
+        else f"Variants 20 points or more below sdpa in some cell, beyond the seed spread: "
         f"{', '.join(broken)}."
         if broken and seeds > 1
         else "With one seed the spread is not measured."
         if seeds == 1
         else "No variant falls 20 points below sdpa beyond the seed spread."
     )
-    partial = "" if data.get("complete", True) else f" Partial: {len(data['runs'])} runs so far."
     said = (
         f"Accuracy % over every answer of {data['eval_sequences']} held-out sequences: "
-        f"{RECALL_TASKS[task]}, {how}; {seeds} seed{'s' if seeds > 1 else ''} per cell "
-        f"(the mean, and in brackets the worst and best seed where they differ). {falls}"
-        f"{partial}"
+        f"{RECALL_TASKS[task]}, {how}; {seeds} seed{'s' if seeds > 1 else ''} per cell"
+        f"{'' if complete else ' so far, at least'} (the mean, and in brackets the worst "
+        f"and best seed where they differ). {falls}"
     )
     return "\n\n".join([table(headers, rows), said, source(name, data, timed=False)])
 

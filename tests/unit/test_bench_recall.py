@@ -175,3 +175,21 @@ def test_cost_beside_loss_takes_each_variants_mean_over_the_cells(monkeypatch, t
     assert lines[2] == "| sdpa | sdpa | 1,000 | 50.0 | 2.00 | 100 | 100 | 100 |"
     assert lines[4] == "| bigbird | bigbird | 1,002 | 52.0 | — | — | — | — |"
     assert lines[5] == "| linear | linear | 1,003 | 53.0 | 5.00 | 20 | 20 | 20 |"
+
+
+def test_a_partial_sweep_says_how_many_runs_it_holds_and_judges_no_gap(monkeypatch, tmp_path):
+    from benchmarks.bench_recall import Grid, payload
+
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    grid = Grid(cells=((64, 4),), widths=(64,), kernels=("sdpa", "linear"), seeds=(1, 2))
+    runs = [  # the sweep goes seed by seed: sdpa and linear of seed 1, then sdpa of seed 2
+        {"variant": v, "length": 64, "pairs": 4, "width": 64, "seed": s, "accuracy": a}
+        for v, s, a in (("sdpa", 1, 100.0), ("linear", 1, 20.0), ("sdpa", 2, 90.0))
+    ]
+    record = {**payload("train", "cpu-seeds", grid, runs, 1), "complete": False}
+    (tmp_path / "recall-mqar-seeds.json").write_text(json.dumps(record))
+    text = report.TABLES["recall-mqar-seeds"]()
+    assert "| sdpa | 64 | 95.0 (90.0–100.0) |" in text
+    assert "| linear | 64 | 20.0 |" in text
+    assert "1 seed per cell so far, at least" in text
+    assert "Partial: 3 of its 4 runs, so no gap is judged." in text
