@@ -187,15 +187,19 @@ INDUCTION_GOALS = {
 }
 
 
-def induction_repeated() -> str:
-    """The induction recipe's seeds against issue 50's goals (`record_induction.goals`)."""
-    data = report.load("induction-repeated")
+def induction_repeated(name: str = "induction-repeated") -> str:
+    """The induction recipe's seeds against issue 50's goals (`record_induction.goals`);
+    for a file of runs with several head counts (attempts at other settings), a column
+    of heads and no verdict over them all."""
+    data = report.load(name)
     goals = data["goals"]
+    several = len({run["model"]["n_heads"] for run in data["runs"]}) > 1
     rows = []
     for run, seed in zip(data["runs"], goals["per_seed"], strict=True):
         phase = seed["phase_change_step"]
         rows.append(
-            [
+            [str(run["model"]["n_heads"])] * several
+            + [
                 str(seed["seed"]),
                 f"{run['checkpoints'][-1]['step']:,}",
                 f"{run['train_seconds'] / 60:.1f}",
@@ -208,7 +212,7 @@ def induction_repeated() -> str:
                 f"{seed['induction_heads_first_rise']:+.2f} ({seed['induction_heads']})",
             ]
         )
-    headers = [
+    headers = ["heads"] * several + [
         "seed",
         "updates",
         "training minutes",
@@ -232,12 +236,9 @@ def induction_repeated() -> str:
         + data.get("note", "")
     )
     return "\n\n".join(
-        [
-            table(headers, rows, left=1),
-            "\n".join(verdicts),
-            notes,
-            source("induction-repeated", data, timed=False),
-        ]
+        [table(headers, rows, left=1 + several)]
+        + ([] if several else ["\n".join(verdicts)])
+        + [notes, source(name, data, timed=False)]
     )
 
 

@@ -47,6 +47,13 @@ GENERATE_FILES = ("generate", "generate-1thread")
 GPU_TRAIN, GPU_DECODE, LISTOPS = "train-gpu-big", "decode-gpu-b256", "efficient-listops"
 # Issue 17's quality goal for int8 (as `--dtype int8` runs the model), on the recipe's seeds.
 QUALITY, INT8 = "quality-seeds", "int8"
+# Issue 50's induction goals: the recipe's seeds (record_induction --checkpoints), each
+# trained within INDUCTION_MINUTES.
+INDUCTION, INDUCTION_RECIPE, INDUCTION_MINUTES = (
+    "induction-repeated",
+    "gpt-induction-repeated-cpu",
+    10,
+)
 # Issue 18's quickstart goal: a median of 25 BLEU after 15 minutes on the CPU.
 QUICKSTART_MINUTES = 15
 
@@ -59,9 +66,11 @@ class Goal:
 
     `rule`: "every" (every value must reach the goal: every cell), "best" (any value:
     a choice between settings, as between two servers), "median" (the median over
-    seeds) or "at most" (every value must stay at or under the goal: a time as a
-    multiple of a bound). `unit`: "x" (a speed ratio), "%" (a fraction, shown in percent), "BLEU" or
-    "BLEU difference" (against a baseline, signed).
+    seeds), "at most" (every value must stay at or under the goal: a time as a
+    multiple of a bound) or "below" (every value strictly under it). `unit`: "x" (a
+    speed ratio), "%" (a fraction, shown in percent), "BLEU" or "BLEU difference"
+    (against a baseline, signed), "score" (a head's score, 0 to 1) or "nats" (a rise
+    of a loss, signed).
     """
 
     name: str
@@ -80,6 +89,8 @@ class Goal:
             return None
         if self.rule == "at most":
             return max(self.values) <= self.goal
+        if self.rule == "below":
+            return max(self.values) < self.goal
         judged = {"every": min, "best": max, "median": statistics.median}[self.rule]
         return judged(self.values) >= self.goal
 
@@ -99,6 +110,10 @@ class Goal:
             return f"{100 * value:.1f}%"
         if self.unit == "BLEU difference":  # against a baseline: signed
             return f"{value:+.2f} BLEU"
+        if self.unit == "nats":  # a rise of a loss: signed
+            return f"{value:+.2f} nats"
+        if self.unit == "score":
+            return f"{value:.2f}"
         return f"{value:.2f} BLEU" if self.unit == "BLEU" else f"{value:.2f}x"
 
     def goal_text(self) -> str:
@@ -107,7 +122,9 @@ class Goal:
         if self.unit == "%":
             return f"{100 * self.goal:g}%"
         if self.rule == "at most":
-            return f"≤ {self.goal:g}x"
+            return f"≤ {self.goal:g}x" if self.unit == "x" else f"≤ {self.shown(self.goal)}"
+        if self.rule == "below":
+            return f"< {self.shown(self.goal)}"
         return f"{self.goal:g}x" if self.unit == "x" else f"≥ {self.shown(self.goal)}"
 
 
@@ -379,12 +396,48 @@ def other_goals() -> list[Goal]:
     return goals
 
 
+def induction_goals() -> list[Goal]:
+    """Issue 50's goals for the induction recipe, per seed as `record_induction.goals`
+    records them: the phase change within 10 minutes of training, the heads' scores
+    (as `aiayn induction` scores them), and zeroing the named induction head (the
+    repeated half's rise at least 1 nat, the first half's under 0.1)."""
+    if not exists(INDUCTION):
+        return []
+    data = report.load(INDUCTION)
+    seeds = data["goals"]["per_seed"]
+    runs = {run["seed"]: run for run in data["runs"]}
+    work = f"induction heads, {INDUCTION_RECIPE}, every seed ({len(seeds)})"
+    in_time = [
+        s["phase_change_step"] is not None
+        and runs[s["seed"]]["train_seconds"] <= 60 * INDUCTION_MINUTES
+        for s in seeds
+    ]
+    files = (INDUCTION,)
+    return [
+        Goal("induction-phase-change", work,
+             f"seeds with the phase change, within {INDUCTION_MINUTES} minutes on 2 cores", "fp32",
+             (sum(in_time) / len(in_time),), 1.0, files, unit="%"),
+        Goal("induction-layer1-head", work, "layer-1 head: min(prefix matching, copying)", "fp32",
+             tuple(s["layer1_head_prefix_and_copying"] for s in seeds), 0.5, files, unit="score"),
+        Goal("induction-layer0-head", work, "layer-0 head: previous token", "fp32",
+             tuple(s["layer0_previous_token"] for s in seeds), 0.5, files, unit="score"),
+        Goal("induction-ablation-repeated", work,
+             "zeroing the named induction head: the repeated half's loss rises", "fp32",
+             tuple(s["ablation_repeated_rise"] for s in seeds), 1.0, files, unit="nats"),
+        Goal("induction-ablation-first", work,
+             "zeroing the named induction head: the first half's loss rises", "fp32",
+             tuple(s["ablation_first_rise"] for s in seeds), 0.1, files, unit="nats",
+             rule="below"),
+    ]  # fmt: skip
+
+
 GOAL_GROUPS: tuple[Callable[[], list[Goal]], ...] = (
     decode_goals,
     train_goals,
     engine_goals,
     step_bound_goals,
     other_goals,
+    induction_goals,
 )
 
 
@@ -429,5 +482,6 @@ def goals() -> str:
         f"\n\nComputed from {files}: each cell from the newest fair file that measures it. "
         "A goal over every cell is met when its lowest value reaches it; the serving goals, "
         "by either server. Their Source lines are under the tables they come from, on the "
-        "Speed, CPU inference, decoding-engine, shapes, GPU and efficient-attention pages."
+        "Speed, CPU inference, decoding-engine, shapes, GPU, efficient-attention and heads "
+        "pages."
     )
