@@ -224,10 +224,10 @@ def induction_repeated(name: str = "induction-repeated") -> str:
         "every layer-1 induction head (how many)",
     ]
     seeds = len(goals["per_seed"])
-    verdicts = [
+    verdicts = [] if several else [
         f"- {what}, in every seed ({seeds}): **{'met' if goals[key] else 'not met'}**"
         for key, what in INDUCTION_GOALS.items()
-    ]
+    ]  # fmt: skip
     notes = (
         "Scores on repeated random symbols as `aiayn induction` gives them for the last "
         "checkpoint. Ablations (the rise of each half's loss): the goal's zeroes the best "
@@ -237,7 +237,7 @@ def induction_repeated(name: str = "induction-repeated") -> str:
     )
     return "\n\n".join(
         [table(headers, rows, left=1 + several)]
-        + ([] if several else ["\n".join(verdicts)])
+        + (["\n".join(verdicts)] if verdicts else [])
         + [notes, source(name, data, timed=False)]
     )
 
