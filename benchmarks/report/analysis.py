@@ -189,16 +189,17 @@ INDUCTION_GOALS = {
 
 def induction_repeated(name: str = "induction-repeated") -> str:
     """The induction recipe's seeds against issue 50's goals (`record_induction.goals`);
-    for a file of runs with several head counts (attempts at other settings), a column
-    of heads and no verdict over them all."""
+    for a file of runs with several shapes (attempts at other settings), a column of
+    heads and their size, and no verdict over them all."""
     data = report.load(name)
     goals = data["goals"]
-    several = len({run["model"]["n_heads"] for run in data["runs"]}) > 1
+    shapes = [(run["model"]["n_heads"], run["model"]["d_model"]) for run in data["runs"]]
+    several = len(set(shapes)) > 1
     rows = []
-    for run, seed in zip(data["runs"], goals["per_seed"], strict=True):
+    for run, seed, (heads, d_model) in zip(data["runs"], goals["per_seed"], shapes, strict=True):
         phase = seed["phase_change_step"]
         rows.append(
-            [str(run["model"]["n_heads"])] * several
+            [f"{heads} × {d_model // heads}"] * several
             + [
                 str(seed["seed"]),
                 f"{run['checkpoints'][-1]['step']:,}",
@@ -212,7 +213,7 @@ def induction_repeated(name: str = "induction-repeated") -> str:
                 f"{seed['induction_heads_first_rise']:+.2f} ({seed['induction_heads']})",
             ]
         )
-    headers = ["heads"] * several + [
+    headers = ["heads × size"] * several + [
         "seed",
         "updates",
         "training minutes",

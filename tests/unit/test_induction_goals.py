@@ -26,11 +26,11 @@ def seed(number: int, phase: int | None, heads: float, rise: float, first: float
     }
 
 
-def run(number: int, seconds: float, n_heads: int = 8) -> dict:
+def run(number: int, seconds: float, n_heads: int = 8, d_model: int = 64) -> dict:
     return {
         "seed": number,
         "train_seconds": seconds,
-        "model": {"n_heads": n_heads},
+        "model": {"n_heads": n_heads, "d_model": d_model},
         "checkpoints": [{"step": 2000}],
     }
 
@@ -64,17 +64,17 @@ def test_the_induction_goals_are_judged_per_seed_from_the_recipe_s_results(monke
     assert first.goal_text() == "< +0.10 nats" and first.measured() == "-0.20 nats to +0.10 nats"
 
 
-def test_a_file_of_attempts_with_several_head_counts_gets_a_heads_column_and_no_verdict(
+def test_a_file_of_attempts_with_several_shapes_gets_a_heads_column_and_no_verdict(
     monkeypatch,
 ):
     seeds = [seed(0, 400, 0.69, 6.79, 0.01), seed(0, 400, 0.72, 0.33, 0.15)]
-    attempts = results(seeds, [run(0, 140.0, n_heads=2), run(0, 150.0, n_heads=4)])
+    attempts = results(seeds, [run(0, 140.0, n_heads=2), run(0, 150.0, n_heads=4, d_model=128)])
     monkeypatch.setattr(bench_report, "load", lambda name: attempts)
     monkeypatch.setattr(analysis, "source", lambda name, data, timed: f"Source: {name}")
     text = analysis.induction_repeated("induction-heads-attempts")
-    assert text.startswith("| heads | seed | updates |")
-    assert "| 2 | 0 | 2,000 | 2.3 | 400 | 0.69 | 0.80 | +6.79 / +0.01 |" in text
-    assert "| 4 | 0 | 2,000 | 2.5 | 400 | 0.72 | 0.80 | +0.33 / +0.15 |" in text
+    assert text.startswith("| heads × size | seed | updates |")
+    assert "| 2 × 32 | 0 | 2,000 | 2.3 | 400 | 0.69 | 0.80 | +6.79 / +0.01 |" in text
+    assert "| 4 × 32 | 0 | 2,000 | 2.5 | 400 | 0.72 | 0.80 | +0.33 / +0.15 |" in text
     assert "in every seed" not in text and text.endswith("Source: induction-heads-attempts")
     single = results(seeds[:1], [run(0, 140.0, n_heads=2)])
     single["goals"].update(
