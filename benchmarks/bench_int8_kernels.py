@@ -10,7 +10,7 @@ Candidates, each timed in the same process, taking turns call by call:
 
 - fp32: `aiayn.inference.frozen.FrozenLinear` (what `freeze` builds in float32: oneDNN's packed
   weight from 512 x 512 up, a contiguous W^T below).
-- int8 fbgemm / int8 onednn / int8 x86: `aiayn.inference.frozen.Int8Linear` with that engine
+- int8 fbgemm / int8 onednn / int8 x86: `aiayn.inference.frozen_products.Int8Linear` with that engine
   (per-channel int8 weights, activations quantized per token, dynamic quantization kernels;
   "x86" is PyTorch's engine that picks fbgemm or oneDNN per product).
 - int8 fbgemm, per tensor: the same without per-token scales (one scale per call).
@@ -161,7 +161,7 @@ def main() -> None:
     print(common.table(["shape", "rows", "product", "us", "vs fp32"], rows))
     chosen, means = choose_engine(records)
     print(f"int8 engines, geometric-mean speed over fp32 at {DECODING_ROWS} rows: {means}")
-    print(f"chosen: {chosen} (aiayn.inference.frozen.INT8_ENGINE must say the same)")
+    print(f"chosen: {chosen} (aiayn.inference.frozen_products.INT8_ENGINE must say the same)")
     payload = {"args": vars(args), "results": records, "chosen_engine": chosen}
     path = common.write_json(args.results, {**payload, "engine_speed": means})
     print(f"written {path}")

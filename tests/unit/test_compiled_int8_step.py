@@ -45,7 +45,7 @@ def test_int8_product_is_the_integer_product_quantized_by_hand():
 def test_the_compiled_greedy_step_with_int8_products_equals_the_eager_one(monkeypatch):
     # one AOTInductor compilation (about a minute on 2 busy cores): the float32 products
     # oneDNN-packed (compiled through plain copies), the larger ones in int8
-    monkeypatch.setattr("aiayn.inference.frozen.PACK_MIN_ELEMENTS", 1)
+    monkeypatch.setattr("aiayn.inference.frozen_products.PACK_MIN_ELEMENTS", 1)
     model = freeze(small("encoder_decoder"), torch.int8, int8_min_elements=2048)
     products = [m for m in model.modules() if isinstance(m, Int8Linear | FrozenLinear)]
     assert {type(m) for m in products} == {Int8Linear, FrozenLinear}  # both kinds

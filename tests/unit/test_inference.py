@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from test_marian import SHAPES, build_marian_directory
 
 import aiayn.inference.frozen
+import aiayn.inference.frozen_products
 from aiayn import ModelConfig, Transformer, freeze
 from aiayn.config import TrainConfig
 from aiayn.inference.frozen import FrozenCrossAttention, FrozenLinear, FrozenSelfAttention
@@ -30,7 +31,7 @@ def path(request, monkeypatch):
     if request.param == "packed":
         if not aiayn.inference.frozen._ONEDNN:
             pytest.skip("PyTorch built without oneDNN")
-        monkeypatch.setattr(aiayn.inference.frozen, "PACK_MIN_ELEMENTS", 0)
+        monkeypatch.setattr(aiayn.inference.frozen_products, "PACK_MIN_ELEMENTS", 0)
     return request.param
 
 
@@ -49,7 +50,7 @@ def test_frozen_linear_equals_f_linear(path, relu, bias):
 def test_an_output_projection_takes_w_transposed_for_one_row_and_onednn_for_more(monkeypatch):
     if not aiayn.inference.frozen._ONEDNN:
         pytest.skip("PyTorch built without oneDNN")
-    monkeypatch.setattr(aiayn.inference.frozen, "PACK_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(aiayn.inference.frozen_products, "PACK_MIN_ELEMENTS", 0)
     weight, bias = torch.randn(40, 16), torch.randn(40)
     frozen = FrozenLinear(weight, bias, keep_transposed=True)
     assert frozen.packed is not None and frozen.weight_t is not None

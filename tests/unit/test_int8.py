@@ -10,6 +10,7 @@ from test_inference import copy_trained_model, sources
 from typer.testing import CliRunner
 
 import aiayn.inference.frozen
+import aiayn.inference.frozen_products
 import aiayn.io.int8_weights
 from aiayn import freeze
 from aiayn.apps.serve.engine import model_info
@@ -94,9 +95,11 @@ def test_int8_linear_refuses_what_it_cannot_run(monkeypatch):
         Int8Linear(torch.randn(4, 4), None, engine="qnnpack")
     with pytest.raises(ValueError, match="int8 runs on the CPU; this weight is on meta"):
         Int8Linear(torch.randn(4, 4, device="meta"), None)
-    monkeypatch.setattr(aiayn.inference.frozen, "_quantized_engines", lambda: ["qnnpack", "onednn"])
+    monkeypatch.setattr(
+        aiayn.inference.frozen_products, "_quantized_engines", lambda: ["qnnpack", "onednn"]
+    )
     assert Int8Linear(torch.randn(4, 4), None).engine == "onednn"  # the one built serves
-    monkeypatch.setattr(aiayn.inference.frozen, "_quantized_engines", lambda: ["qnnpack"])
+    monkeypatch.setattr(aiayn.inference.frozen_products, "_quantized_engines", lambda: ["qnnpack"])
     with pytest.raises(RuntimeError, match=r"fbgemm or onednn quantized engine.*\['qnnpack'\]"):
         Int8Linear(torch.randn(4, 4), None)
 

@@ -81,7 +81,7 @@ def test_every_int8_product_equals_the_hand_quantized_one(engine, monkeypatch):
     """Tolerance 1e-4 + 1e-5 |y|: the rescale's float32 rounding (measured 2.5e-6 at
     |y| ~ 20). One step of an activation's grid moves an output by about 1e-2 here, so a
     wrong scale, zero point, rounding or a float product fails by far more."""
-    monkeypatch.setattr("aiayn.inference.frozen.INT8_ENGINE", engine)  # freeze's products
+    monkeypatch.setattr("aiayn.inference.frozen_products.INT8_ENGINE", engine)  # freeze's products
     torch.manual_seed(0)
     model = Transformer(ModelConfig.tiny(vocab_size=40, d_model=32, d_ff=64, dropout=0.0)).eval()
     frozen = freeze(model, torch.int8, int8_output=True, int8_min_elements=0)

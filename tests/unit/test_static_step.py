@@ -179,7 +179,7 @@ def test_the_compiled_step_equals_the_eager_one_with_packed_weights(monkeypatch)
     # one compilation is all the suite pays: about 30 s on 2 cores)
     # every product of the frozen model packed by oneDNN (opaque to the compiler: the
     # step compiles their plain copies), as a base model's are
-    monkeypatch.setattr("aiayn.inference.frozen.PACK_MIN_ELEMENTS", 1)
+    monkeypatch.setattr("aiayn.inference.frozen_products.PACK_MIN_ELEMENTS", 1)
     model = freeze(small("encoder_decoder", positional="rotary"))
     assert model.output.packed is not None
     src = sources(2)

@@ -8,7 +8,7 @@ sources); this module does the arithmetic of one step's layers over them:
   each slot group), each through the kernel's `attend_slots`, with rotary positions
   per slot; the weights' products, through plain copies of oneDNN-packed weights once
   compiling (an opaque packed tensor does not trace), and int8 ones through
-  `aiayn.inference.frozen.int8_product` over their int8 weights' plain tensors;
+  `aiayn.inference.frozen_products.int8_product` over their int8 weights' plain tensors;
 - `self_spans`, `cross_spans`: what the slots attend, cut into calls over consecutive
   slot groups (`SlotSpan`, with the mask made once per step as a float bias).
 
