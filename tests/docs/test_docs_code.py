@@ -92,10 +92,19 @@ def missing_output(printed: str, shown: list[tuple[str, str]]) -> str | None:
     return None
 
 
+def page_threads() -> int:
+    """Threads for one page's process: the cores shared among pytest-xdist's workers, so that
+    two pages running at once do not ask 2 cores for 4 threads (OpenMP's threads then wait
+    on each other). A page that wants fewer sets them itself."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return max(1, (os.cpu_count() or 1) // workers)
+
+
 @pytest.mark.parametrize("page", page_params(), ids=lambda p: str(p.relative_to(DOCS)))
 def test_the_page_s_python_runs_and_prints_what_it_shows(page, tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
         str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}  # fmt: skip
+    env.setdefault("OMP_NUM_THREADS", str(page_threads()))
     result = subprocess.run(
         [sys.executable, "-c", RUN, str(page)],
         cwd=tmp_path,
