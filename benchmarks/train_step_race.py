@@ -29,6 +29,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from aiayn.config.recipes import recipes_dir
+from aiayn.data.corpus import CORPUS_FILE
 from benchmarks import common
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,7 +106,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.rounds < 1 or args.steps < 1 or args.warmup < 0 or args.threads < 1:
         sys.exit(f"need --rounds, --steps, --threads >= 1 and --warmup >= 0; got {vars(args)}")
-    if not (args.corpus / "corpus.json").exists() and not args.corpus.is_dir():
+    if not (args.corpus / CORPUS_FILE).exists():
         sys.exit(f"train_step_race: no prepared corpus at {args.corpus}")
 
     args.workdir.mkdir(parents=True, exist_ok=True)
@@ -116,7 +118,7 @@ def main() -> None:
         else common.baseline_checkout(args.workdir, args.base) / "src"
     )
     sides = {ours: our_src, args.against: baseline / "src"}
-    recipe = ROOT / "src" / "aiayn" / "config" / "recipes" / RECIPE
+    recipe = recipes_dir() / RECIPE
     settings = [
         str(args.corpus.resolve()), str(recipe), args.threads, args.warmup, args.steps,
         args.overrides,

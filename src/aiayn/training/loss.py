@@ -167,7 +167,7 @@ def projected_cross_entropy(
     backward pass. Pad positions cost nothing. With a vocabulary of thousands and a
     small d_model the logits are most of a training step's memory traffic
     (benchmarks/profile_train.py); fused, the quickstart's step is faster
-    (benchmarks/results/train-fused-loss.json). The sums equal the unfused loss up to
+    (benchmarks/results/train-step-fused-loss.json). The sums equal the unfused loss up to
     float rounding (another order of additions); under autocast the products run in its
     dtype, as `linear` would.
 
