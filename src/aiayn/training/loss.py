@@ -147,7 +147,7 @@ def _unwrapped(network: nn.Module) -> nn.Module:
         network = inner
 
 
-PROJECTED_ROWS = 256  # rows of logits made at a time: (256, V) floats stay in the cache
+PROBABILITY_BYTES = 16 * 2**20  # a chunk's (rows, V) probabilities: at most 16 MiB
 
 
 def projected_cross_entropy(
@@ -161,15 +161,21 @@ def projected_cross_entropy(
     """`label_smoothed_cross_entropy(linear(hidden, weight, bias), ...)` without the logits.
 
     The pre-softmax projection and the loss, fused: the (B, T, V) logits are never made
-    whole. The real (non-pad) positions are taken `PROJECTED_ROWS` at a time; each block
-    of logits is made, scored and turned into its gradient at once, while it is still in
-    the cache, and only the gradients of `hidden`, `weight` and `bias` are kept for the
-    backward pass. Pad positions cost nothing. With a vocabulary of thousands and a
-    small d_model the logits are most of a training step's memory traffic
+    whole, and nor is their gradient. The real (non-pad) positions go a chunk at a time
+    (`PROBABILITY_BYTES` of probabilities); each chunk's logits are made by one product
+    and turned into probabilities by one softmax, in the product's dtype, and those
+    probabilities feed the two gradient products at once. The rest of the gradient,
+    `-(1 - epsilon)` at each reference token and `-epsilon / V` everywhere, is added in
+    float32 without touching the (rows, V) block, and the loss is read from the
+    reference token's probability and the mean logit (itself a product with the
+    matrix's mean row). Pad positions cost nothing. With a vocabulary of thousands and
+    a small d_model the logits are most of a training step's memory traffic
     (benchmarks/profile_train.py); fused, the quickstart's step is faster
-    (benchmarks/results/train-step-fused-loss.json). The sums equal the unfused loss up to
-    float rounding (another order of additions); under autocast the products run in its
-    dtype, as `linear` would.
+    (benchmarks/results/train-step-fused-loss.json). In float32 the sums equal the
+    unfused loss up to rounding (another order of additions); under autocast the
+    products and the softmax run in its dtype, as `linear` would, and a reference
+    probability below float32's smallest normal number counts as that number (a logit
+    about 87 below the row's log-sum-exp).
 
     Only the loss is differentiable: the NLL is for reading (perplexity), and a backward
     pass through it is refused.
@@ -199,9 +205,18 @@ def projected_cross_entropy(
 
 class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
     """(hidden, weight, bias, target ids of the real rows, the real rows, epsilon, wants_grad)
-    -> (summed smoothed loss, summed nll), float32; the formulas of `_SmoothedCrossEntropy`,
-    with x = hidden @ weight.T + bias made block by block and its gradient g taken through
-    the product at once: d hidden = g @ weight, d weight = g.T @ hidden, d bias = sum g."""
+    -> (summed smoothed loss, summed nll), float32.
+
+    With x = h W^T + b over the V entries of a real row h, p = softmax(x), r its
+    reference id and mean(.) over the vocabulary, the formulas of `_SmoothedCrossEntropy`
+    read:
+        nll  = -log p[r]
+        loss = nll + eps * (x[r] - mean(x)),   mean(x) = h . mean(W) + mean(b)
+        g = d loss / d x = p - (1 - eps) * onehot(r) - eps / V
+    and through the product, d h = g W, d W = g^T h, d b = sum over rows of g. Only the
+    p terms need the (rows, V) block; the onehot and constant terms are a row of W per
+    row, an `index_add` of h into W's rows, and rank-one sums.
+    """
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, target, rows, epsilon, wants_grad):
@@ -209,44 +224,53 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
         device = hidden.device.type
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
         with torch.autocast(device, enabled=False):
-            states = hidden.reshape(-1, hidden.shape[-1])  # (B*T, D)
             matrix = weight if dtype is None else weight.to(dtype)  # (V, D)
             vocab = matrix.shape[0]
-            loss_sum = torch.zeros((), device=hidden.device)
+            states = hidden.reshape(-1, hidden.shape[-1])[rows]  # (M, D)
+            states = states if dtype is None else states.to(dtype)
+            exact = states.float()  # (M, D) the product's inputs, in float32
+            exact_matrix = matrix.float()  # (V, D)
+            mean_row = exact_matrix.mean(dim=0)  # (D,)
+            reference = (exact * exact_matrix[target]).sum(dim=-1)  # (M,) x[r]
+            mean = exact @ mean_row  # (M,) mean(x)
+            if bias is not None:
+                reference = reference + bias.float()[target]
+                mean = mean + bias.float().mean()
             nll_sum = torch.zeros((), device=hidden.device)
             if wants_grad:
-                grad_states = torch.zeros(states.shape, device=hidden.device)  # (B*T, D)
+                grad_states = torch.empty(exact.shape, device=hidden.device)  # (M, D)
                 grad_weight = torch.zeros(weight.shape, device=hidden.device)  # (V, D)
                 grad_bias = None if bias is None else torch.zeros(vocab, device=hidden.device)
-            for start in range(0, len(rows), PROJECTED_ROWS):
-                block = rows[start : start + PROJECTED_ROWS]  # (R,)
-                ids = target[start : start + PROJECTED_ROWS].unsqueeze(-1)  # (R, 1)
-                x = states[block]
-                x = x if dtype is None else x.to(dtype)  # (R, D)
-                scores = (x @ matrix.T).float()  # (R, V)
+            step = _chunk_rows(vocab, matrix.element_size())
+            for start in range(0, len(rows), step):
+                x = states[start : start + step]  # (R, D)
+                scores = x @ matrix.T  # (R, V)
                 if bias is not None:
-                    scores += bias.float()
-                reference = scores.gather(-1, ids).squeeze(-1)  # (R,)
-                mean = scores.mean(dim=-1)  # (R,)
-                top = scores.amax(dim=-1, keepdim=True)  # (R, 1)
-                exp = scores.sub_(top).exp_()  # (R, V), in place: one exp serves both ways
-                total = exp.sum(dim=-1)  # (R,)
-                lse = top.squeeze(-1) + total.log()  # logsumexp
-                nll = lse - reference
-                uniform = lse - mean
-                loss_sum += ((1.0 - epsilon) * nll + epsilon * uniform).sum()
-                nll_sum += nll.sum()
+                    scores += bias.to(scores.dtype)
+                p = torch.softmax(scores, dim=-1)  # (R, V)
+                ids = target[start : start + step].unsqueeze(-1)  # (R, 1)
+                chosen = p.gather(-1, ids).float().clamp_min(torch.finfo(torch.float32).tiny)
+                nll_sum -= chosen.log().sum()
                 if not wants_grad:
                     continue
-                grad = exp.div_(total.unsqueeze(-1)).sub_(epsilon / vocab)  # softmax - eps/V
-                grad.scatter_add_(-1, ids, grad.new_full(ids.shape, epsilon - 1.0))
+                grad_states[start : start + step] = p @ matrix  # (R, D)
+                grad_weight += p.T @ x  # (V, D)
                 if grad_bias is not None:
-                    grad_bias += grad.sum(dim=0)
-                grad = grad.to(x.dtype)
-                grad_states[block] = (grad @ matrix).float()  # (R, D)
-                grad_weight += (grad.T @ x).float()  # (V, D)
+                    grad_bias += p.sum(dim=0)
+            loss_sum = nll_sum + epsilon * (reference - mean).sum()
         if wants_grad:
-            ctx.grads = (grad_states.view(hidden.shape), grad_weight, grad_bias)
+            # the onehot and constant terms of g, through the product
+            grad_states -= (1.0 - epsilon) * exact_matrix[target] + epsilon * mean_row
+            grad_weight.index_add_(0, target, exact, alpha=epsilon - 1.0)
+            grad_weight -= (epsilon / vocab) * exact.sum(dim=0)
+            if grad_bias is not None:
+                grad_bias.index_add_(0, target, grad_bias.new_full(target.shape, epsilon - 1.0))
+                grad_bias -= epsilon * len(rows) / vocab
+            grad_hidden = torch.zeros(
+                hidden.numel() // hidden.shape[-1], hidden.shape[-1], device=hidden.device
+            )
+            grad_hidden[rows] = grad_states
+            ctx.grads = (grad_hidden.view(hidden.shape), grad_weight, grad_bias)
             ctx.dtypes = (hidden.dtype, weight.dtype, None if bias is None else bias.dtype)
         return loss_sum, nll_sum
 
@@ -266,3 +290,10 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
             None if grad_bias is None else (grad_bias * grad_loss).to(ctx.dtypes[2]),
             None, None, None, None,
         )  # fmt: skip
+
+
+def _chunk_rows(vocab: int, itemsize: int) -> int:
+    """Rows per chunk: as many as keep a chunk's (rows, V) probabilities within
+    `PROBABILITY_BYTES` (larger products run faster; measured by
+    benchmarks/bench_projected_loss.py)."""
+    return max(1, PROBABILITY_BYTES // (vocab * itemsize))
