@@ -2,10 +2,12 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from aiayn.inference.kv_cache import KVCache, LayerKV
 from aiayn.nn.attention import MultiHeadAttention, attend
+from aiayn.nn.kernels import sdpa as sdpa_module
 from aiayn.nn.masks import causal_mask, key_mask, padding_mask
 
 
@@ -275,9 +277,10 @@ def test_the_gradient_on_a_head_mask_is_each_heads_first_order_importance():
 
 
 @pytest.mark.parametrize("with_bias", [False, True])
-def test_under_cpu_bf16_autocast_the_fused_path_attends_in_float32(with_bias):
+def test_under_cpu_bf16_autocast_the_fused_path_attends_in_float32(with_bias, monkeypatch):
     """CPU autocast hands attend() bfloat16 projections; the fused path computes the
     attention of those very values in float32 (faster there) and returns bfloat16."""
+    monkeypatch.setattr(sdpa_module, "EXPLICIT_MAX_SCORES", {})  # the fused path throughout
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 4, 5, 8).bfloat16().requires_grad_() for _ in range(3))
     mask = padding_mask(torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]), 0)[:, None, None]
@@ -292,3 +295,53 @@ def test_under_cpu_bf16_autocast_the_fused_path_attends_in_float32(with_bias):
     # without autocast a bfloat16 model (inference) attends in bfloat16 as given
     plain, _ = attend(q.detach(), k.detach(), v.detach(), mask, bias=bias)
     assert plain.dtype == torch.bfloat16
+
+
+def _count_fused_calls(monkeypatch) -> list[int]:
+    """Patch SDPA in aiayn's kernel module to count its calls."""
+    calls = []
+    fused = F.scaled_dot_product_attention
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return fused(*args, **kwargs)
+
+    monkeypatch.setattr(sdpa_module.F, "scaled_dot_product_attention", counted)
+    return calls
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_cpu_training_step_takes_the_faster_path_by_length(dtype, monkeypatch):
+    """Gradients wanted on the CPU: the explicit path up to EXPLICIT_MAX_SCORES scores per
+    head, SDPA above it; without gradients (inference) always SDPA."""
+    calls = _count_fused_calls(monkeypatch)
+    limit = sdpa_module.EXPLICIT_MAX_SCORES[dtype]
+    short = int(limit**0.5)
+    for length, want_grad, fused in (
+        (short, True, False),
+        (short + 1, True, True),
+        (8, False, True),
+    ):
+        q, k, v = (
+            torch.randn(1, 1, length, 4, dtype=dtype, requires_grad=want_grad) for _ in range(3)
+        )
+        calls.clear()
+        attend(q, k, v, causal=True)
+        assert bool(calls) == fused, (length, want_grad)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_explicit_training_path_equals_sdpa_in_outputs_and_gradients(causal, monkeypatch):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(3, 2, 7, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    mask = padding_mask(torch.tensor([[1] * 7, [1] * 5 + [0] * 2, [1] * 3 + [0] * 4]), 0)
+    mask = mask[:, None, None]  # (B, 1, 1, S)
+    results = []
+    for limit in ({torch.float64: 7 * 7}, {}):  # explicit, then fused
+        monkeypatch.setattr(sdpa_module, "EXPLICIT_MAX_SCORES", limit)
+        calls = _count_fused_calls(monkeypatch)
+        out, _ = attend(q, k, v, mask, causal=causal)
+        assert bool(calls) == (not limit)
+        results.append((out, *torch.autograd.grad(out.square().sum(), (q, k, v))))
+    for explicit, fused in zip(*results, strict=True):
+        torch.testing.assert_close(explicit, fused)

@@ -157,15 +157,17 @@ def test_int8_picks_the_float32_greedy_tokens(int8_everywhere, int8_output):
     # int8 moves this model's log-probabilities by up to 0.45 nats (every product
     # quantized, even 32 x 32 ones: harsher than freeze's default). Where float32 is
     # sure (every step's choice ahead of the runner-up by more than twice that, 1 nat),
-    # int8 must choose alike; a near-tie may flip (one of these 20 sentences has a
+    # int8 must choose alike; a near-tie may flip (one of these 40 sentences has a
     # 0.06-nat step). In all, the goal: at least 90% of the sentences identical.
+    # (40, not 20: how many are sure depends on the tiny model's training, whose
+    # digits differ with the CPU's kernels and attention's path.)
     model = copy_trained_model()
     frozen = freeze(model, torch.int8, int8_output=int8_output)
-    src = torch.cat([sources(16, seed) for seed in range(1, 5)])  # 20 sentences, some padded
+    src = torch.cat([sources(16, seed) for seed in range(1, 9)])  # 40 sentences, some padded
     expected = [r[0].tokens for r in greedy_search(model, src, extra_len=6)]
     got = [r[0].tokens for r in greedy_search(frozen, src, extra_len=6)]
     sure = [i for i, tokens in enumerate(expected) if greedy_margin(model, src[i], tokens) > 1.0]
-    assert len(sure) >= 8
+    assert len(sure) >= 10  # 13 of 40 on two kernel sets here
     assert [got[i] for i in sure] == [expected[i] for i in sure]
     assert sum(a == b for a, b in zip(got, expected, strict=True)) >= 0.9 * len(expected)
 

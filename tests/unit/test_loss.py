@@ -188,3 +188,12 @@ def test_network_loss_fuses_unless_the_logits_are_hooked_and_both_agree(shape):
             assert have is None
         else:
             torch.testing.assert_close(have, want, rtol=1e-4, atol=1e-6)
+
+
+def test_projected_loss_of_an_all_pad_batch_is_zero_with_zero_gradients():
+    hidden, weight, vector, target = _projection_case(3, bias=True, rows=5)
+    target[:] = 0
+    out = projected_cross_entropy(hidden, weight, vector, target, 0, 0.1)
+    grads = torch.autograd.grad(out.loss, [hidden, weight, vector])
+    assert out.loss.item() == out.nll.item() == out.n_tokens.item() == 0
+    assert all(g.abs().max() == 0 for g in grads)

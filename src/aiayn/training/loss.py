@@ -229,9 +229,9 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
             states = hidden.reshape(-1, hidden.shape[-1])[rows]  # (M, D)
             states = states if dtype is None else states.to(dtype)
             exact = states.float()  # (M, D) the product's inputs, in float32
-            exact_matrix = matrix.float()  # (V, D)
-            mean_row = exact_matrix.mean(dim=0)  # (D,)
-            reference = (exact * exact_matrix[target]).sum(dim=-1)  # (M,) x[r]
+            reference_rows = matrix[target].float()  # (M, D) W[r]
+            mean_row = matrix.mean(dim=0, dtype=torch.float32)  # (D,)
+            reference = (exact * reference_rows).sum(dim=-1)  # (M,) x[r]
             mean = exact @ mean_row  # (M,) mean(x)
             if bias is not None:
                 reference = reference + bias.float()[target]
@@ -239,7 +239,7 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
             nll_sum = torch.zeros((), device=hidden.device)
             if wants_grad:
                 grad_states = torch.empty(exact.shape, device=hidden.device)  # (M, D)
-                grad_weight = torch.zeros(weight.shape, device=hidden.device)  # (V, D)
+                grad_weight = None  # (V, D), from the first chunk's product on
                 grad_bias = None if bias is None else torch.zeros(vocab, device=hidden.device)
             step = _chunk_rows(vocab, matrix.element_size())
             for start in range(0, len(rows), step):
@@ -254,13 +254,16 @@ class _ProjectedSmoothedCrossEntropy(torch.autograd.Function):
                 if not wants_grad:
                     continue
                 grad_states[start : start + step] = p @ matrix  # (R, D)
-                grad_weight += p.T @ x  # (V, D)
+                product = p.T @ x  # (V, D)
+                grad_weight = product.float() if grad_weight is None else grad_weight.add_(product)
                 if grad_bias is not None:
                     grad_bias += p.sum(dim=0)
             loss_sum = nll_sum + epsilon * (reference - mean).sum()
         if wants_grad:
             # the onehot and constant terms of g, through the product
-            grad_states -= (1.0 - epsilon) * exact_matrix[target] + epsilon * mean_row
+            grad_states -= (1.0 - epsilon) * reference_rows + epsilon * mean_row
+            if grad_weight is None:  # no real rows
+                grad_weight = torch.zeros(weight.shape, device=hidden.device)
             grad_weight.index_add_(0, target, exact, alpha=epsilon - 1.0)
             grad_weight -= (epsilon / vocab) * exact.sum(dim=0)
             if grad_bias is not None:

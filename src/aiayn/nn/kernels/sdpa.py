@@ -36,10 +36,12 @@ def attend(
     """softmax(Q K^T / sqrt(d_k) + bias) V, with masked scores set to -inf before the softmax.
 
     Two paths with one meaning: `torch.nn.functional.scaled_dot_product_attention`
-    (fused kernels, FlashAttention-class on GPU) unless `need_weights`, and an
-    explicit path that also returns the attention weights. A query that may attend
-    no key at all (a fully padded row) gets a zero output and zero weights, not NaN.
-    A position bias goes to SDPA as a float mask, so the fused path stays.
+    (fused kernels, FlashAttention-class on GPU), and an explicit path that also
+    returns the attention weights. The explicit path runs when the weights are asked
+    for, and in a training step on the CPU where it is the faster of the two
+    (`explicit_is_faster`). A query that may attend no key at all (a fully padded
+    row) gets a zero output and zero weights, not NaN. A position bias goes to SDPA
+    as a float mask, so the fused path stays.
 
     Args:
         q: (B, H, T, Dk) queries.
@@ -61,17 +63,18 @@ def attend(
         raise ValueError(
             f"query heads ({n_heads}) must be a multiple of key/value heads ({n_kv_heads})"
         )
+    explicit = need_weights or explicit_is_faster(q, k)
     if causal:
         t_len, s_len = q.size(-2), k.size(-2)
         if t_len == 1:
             causal = False  # one query, the newest position: it may attend every key
-        elif mask is not None or bias is not None or need_weights or t_len != s_len:
+        elif mask is not None or bias is not None or explicit or t_len != s_len:
             # SDPA's is_causal aligns to the top-left; with a cache we need bottom-right.
             causal_part = causal_mask(t_len, s_len, device=q.device)
             mask = causal_part if mask is None else mask & causal_part
             causal = False
     dtype = q.dtype
-    in_float32 = not need_weights and _float32_under_cpu_autocast(q)
+    in_float32 = not explicit and _float32_under_cpu_autocast(q)
     if in_float32:  # see _float32_under_cpu_autocast
         q, k, v = q.float(), k.float(), v.float()
     # Rows with no key to attend: let them attend everything, zero them afterwards,
@@ -86,7 +89,7 @@ def attend(
             bias = bias.to(q.dtype)
         scores_mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
 
-    if not need_weights:
+    if not explicit:
         gqa = n_kv_heads != n_heads
         if in_float32:
             with torch.autocast("cpu", enabled=False):
@@ -113,7 +116,37 @@ def attend(
     if has_key is not None:
         weights = weights.masked_fill(~has_key, 0.0)
     out = F.dropout(weights, p=dropout_p) @ v  # (B, H, T, Dv)
-    return out, weights
+    return out, (weights if need_weights else None)
+
+
+# The most scores (T x S) per head for which the explicit path wins a training step on
+# the CPU, by the dtype of the queries (bf16 under autocast): measured forward and
+# backward, padded and causal masks, heads of 32 and 64, by
+# benchmarks/bench_attention_paths.py (benchmarks/results/attention-paths.json).
+EXPLICIT_MAX_SCORES = {torch.bfloat16: 256 * 256, torch.float32: 64 * 64}
+
+
+def explicit_is_faster(q: Tensor, k: Tensor) -> bool:
+    """Whether the explicit path beats SDPA's fused kernels for these queries and keys.
+
+    Only in a training step on the CPU (gradients wanted), for up to
+    `EXPLICIT_MAX_SCORES` scores per head: there PyTorch's fused CPU kernels spend more
+    on blocking than short sequences need (in bfloat16 they are slower than in float32,
+    `_float32_under_cpu_autocast`), while the formula written out is three batched
+    products and a softmax. Inference keeps SDPA, whose outputs the decoders' tests and
+    exports compare bit for bit.
+
+    Args:
+        q: (B, H, T, Dk) queries.
+        k: (B, Hkv, S, Dk) keys.
+
+    Returns:
+        True where the explicit path is the faster.
+    """
+    if q.device.type != "cpu" or not (torch.is_grad_enabled() and q.requires_grad):
+        return False
+    limit = EXPLICIT_MAX_SCORES.get(q.dtype, 0)
+    return q.size(-2) * k.size(-2) <= limit
 
 
 def _float32_under_cpu_autocast(q: Tensor) -> bool:
