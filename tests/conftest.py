@@ -31,6 +31,17 @@ def _seed() -> None:
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _decode_float32_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--dtype auto` (aiayn translate and serve, the quickstart) times bfloat16 against
+    float32 on the CPU at hand. Tests compare translations with float32's, so here the
+    timing finds the two alike on every CPU (auto keeps float32); the tests of the choice
+    (tests/unit/test_precision_choice.py) fake their own ratios or call the real one."""
+    import aiayn.apps.precision_choice as precision_choice
+
+    monkeypatch.setattr(precision_choice, "bf16_decoding_speedup", lambda *args: 1.0)
+
+
 def _under_ci() -> bool:
     return os.environ.get("CI") == "true"
 

@@ -150,8 +150,9 @@ def test_cli_dtype_takes_torchs_names(run: Path) -> None:
     assert (
         result.stdout == Translator.load(run, dtype=torch.bfloat16).translate(["house."])[0] + "\n"
     )
-    auto = CliRunner().invoke(app, ["translate", str(run), "--dtype", "auto"], input="house.\n")
-    assert auto.exit_code == 2 and "float32, bfloat16, float16" in auto.output
+    bad = CliRunner().invoke(app, ["translate", str(run), "--dtype", "fp64"], input="house.\n")
+    assert bad.exit_code == 2 and "'fp64'; use float32, bfloat16" in bad.output
+    assert "auto" in bad.output.split("'fp64'")[1]  # auto is among the choices named
 
 
 def test_cli_fp32_translations_do_not_depend_on_the_batch(run: Path, tmp_path: Path) -> None:

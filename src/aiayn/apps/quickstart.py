@@ -7,9 +7,10 @@ directory:
     OUT/run/          the training run (config.yaml, checkpoints, metrics, TensorBoard)
     OUT/eval/         test-set hypotheses.txt and scores.json
     OUT/attention/    encoder.png, decoder.png, cross.png for one test sentence
-    OUT/results.json  the headline figures (BLEU, chrF, seed, device, ...) and the
+    OUT/results.json  the headline figures (BLEU, chrF, seed, device, ...), the
                       run's `budget` (steps, epochs, tokens/s, FLOPs, % of peak:
-                      `aiayn.training.budget`)
+                      `aiayn.training.budget`), and the precision of training and of the
+                      test translation, with the timed ratios that chose them
 
 A second call with the same OUT reuses the corpus and resumes training: the time
 budget counts the run's total training time, so `--minutes 30` after a 15-minute
@@ -273,6 +274,8 @@ def run_quickstart(
     pairs = corpus.read("test")[: config.test_pairs]
     sources = [s for s, _ in pairs]
     references = [t for _, t in pairs]
+    decoding = translator.choose_precision(translator.encode(sources), config.beam)
+    echo(decoding.line())
     echo(f"test: translating {len(pairs)} held-out verses with beam {config.beam} ...")
     started = time.perf_counter()
     hypotheses = translator.translate(sources, beam=config.beam, alpha=config.alpha, progress=True)
@@ -286,7 +289,7 @@ def run_quickstart(
     echo(reference_line(recipe, config.minutes, config.device, scoring, config.overrides))
     reference = recorded_reference(recipe, config.minutes, config.device, scoring, config.overrides)
     here = this_machine(config.device)
-    elsewhere = other_machine_line(reference, here)
+    elsewhere = other_machine_line(reference, here, decoding.chosen)
     if elsewhere is not None:
         echo(elsewhere)
     echo("")
@@ -331,6 +334,7 @@ def run_quickstart(
         "attention_sentence": sentence,
         "samples": samples,
         "precision": precision,
+        "decode_precision": decoding.record(),
         "budget": budget,
         "date": time.strftime("%Y-%m-%d"),
     }
@@ -492,20 +496,39 @@ def this_machine(device: str) -> str:
     return machine()
 
 
-def other_machine_line(reference: dict | None, here: str) -> str | None:
-    """One line where the references came from another machine than `here`, else None.
+REFERENCE_DTYPE = "float32"
+"""The type the recorded references decoded their test sets in (before `--dtype auto`)."""
+
+
+def other_machine_line(
+    reference: dict | None, here: str, dtype: str = REFERENCE_DTYPE
+) -> str | None:
+    """One line where the references came from another machine than `here`, or decoded
+    the test set in another type than `dtype` (`--dtype auto`'s choice); else None.
 
     A 15-minute run's BLEU depends on the machine twice over: its speed sets how many
     updates fit in the budget, and its float sums (other SIMD widths, other kernels) take
-    training along another path.
+    training along another path. And the test translation's type changes some outputs:
+    bfloat16 keeps 8 significant bits of each weight, float32 24.
     """
-    if reference is None or reference.get("machine") in (None, here):
+    if reference is None:
         return None
-    return (
+    other_cpu = reference.get("machine") not in (None, here)
+    other_dtype = dtype != REFERENCE_DTYPE
+    if not other_cpu and not other_dtype:
+        return None
+    decoded = (
+        f"the references decoded the test set in {REFERENCE_DTYPE}, this run in {dtype} "
+        "(timed faster here): some translations change, and BLEU with them by a few tenths"
+    )
+    if not other_cpu:
+        return decoded
+    line = (
         f"the references came from {reference['machine']}; this is {here}: another CPU "
         "makes another number of updates in the same minutes and sums floats in another "
         "order, so expect BLEU to differ by more than the seeds' range"
     )
+    return f"{line}; and {decoded}" if other_dtype else line
 
 
 def train_longer_command(config: QuickstartConfig) -> str:

@@ -34,8 +34,11 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from aiayn.apps import precision_choice
 from aiayn.apps.model_use import ENCODER_DECODER, check_shape, run_files
+from aiayn.apps.precision_choice import PrecisionChoice
 from aiayn.data.tokenizer import TOKENIZER_FILE, SentencePieceTokenizer, Tokenizer
+from aiayn.inference.decoding import Decodable
 from aiayn.inference.engine import Engine
 from aiayn.inference.frozen import freeze
 from aiayn.inference.search import DecodeConfig, Hypothesis, max_output_lengths, search
@@ -94,7 +97,9 @@ class Translator:
         dtype: the model's floating-point type there (e.g. torch.bfloat16 on a GPU);
             unchanged by default. Search scores are summed in float32 regardless.
             torch.int8 (CPU only): `engine` runs int8 products
-            (`aiayn.inference.frozen.freeze`) while `model` stays float32.
+            (`aiayn.inference.frozen.freeze`) while `model` stays float32. The
+            translator's `precision` says what it runs in; `choose_precision` picks
+            float32 or bfloat16 by timing (the command line's `--dtype auto`).
         decode: how `translate` searches unless told otherwise (default: the
             paper's beam search, `DecodeConfig()`).
         shortlist: an output shortlist (`aiayn.inference.shortlist`), or its file: the
@@ -157,11 +162,9 @@ class Translator:
         if int8 and self.device.type != "cpu":
             raise ValueError(f"int8 runs on the CPU, not on {self.device}; use bfloat16 there")
         self.model = model.to(self.device, dtype=torch.float32 if int8 else dtype).eval()
-        # what decodes: the inference transform of `model`
-        self.engine = freeze(self.model, torch.int8 if int8 else None)
-        self.dtype = dtype if int8 else next(self.model.parameters()).dtype  # what it runs in
         self.tokenizer = tokenizer
         self.decode = decode or DecodeConfig()
+        self.shortlist: Shortlist | None = None
         if shortlist is not None:  # the output projection runs over candidates only
             digest = vocabulary_digest(tokenizer)
             if isinstance(shortlist, Shortlist):
@@ -169,7 +172,61 @@ class Translator:
                 shortlist.check_vocabulary(digest, "the model's tokenizer")
             else:
                 shortlist = Shortlist.load(shortlist, cfg.vocab_size, digest, cfg.eos_id)
-            self.engine = Shortlisted(self.engine, shortlist)
+            self.shortlist = shortlist
+        # what decodes: the inference transform of `model`
+        self.engine = self._frozen(torch.int8 if int8 else None)
+        self.dtype = dtype if int8 else next(self.model.parameters()).dtype  # what it runs in
+        name = str(self.dtype).removeprefix("torch.")
+        asked = name if dtype is None else str(dtype).removeprefix("torch.")
+        self.precision = PrecisionChoice(asked, name)
+
+    def _frozen(self, dtype: torch.dtype | None) -> Decodable:
+        """`self.model`'s inference transform in `dtype` (None: the model's own), over the
+        output shortlist if there is one."""
+        engine = freeze(self.model, dtype)
+        return engine if self.shortlist is None else Shortlisted(engine, self.shortlist)
+
+    def choose_precision(
+        self,
+        rows: Sequence[Sequence[int]],
+        beam: int | None = None,
+        max_tokens: int | None = 4096,
+    ) -> PrecisionChoice:
+        """`--dtype auto`: decode in bfloat16 from now on where it is timed clearly faster
+        than float32 here, on the batch that is about to run (`aiayn.apps.precision_choice`).
+
+        The batch timed is the first that `translate_ids(rows, config, max_tokens)` would
+        decode (the longest). A translator that runs another type than float32 (int8
+        weights, or a dtype given) keeps it, untimed, and so does one with nothing to
+        translate. Where bfloat16 wins, the model and its frozen copy become bfloat16, as
+        `dtype=torch.bfloat16` would have made them: the same translations follow.
+
+        Args:
+            rows: source ids per sentence, as `encode` gives them (the input, or rows like
+                it: `aiayn.apps.precision_choice.sample_rows`).
+            beam: the beam the translations will search with; default: the translator's.
+            max_tokens: as for `translate_ids` (None: `rows` are one batch).
+
+        Returns:
+            The choice, also kept as `self.precision` and logged in one line.
+        """
+        beam = self.decode.beam if beam is None else beam
+        eos = self.model.cfg.eos_id
+        work = [i for i, row in enumerate(rows) if any(t != eos for t in row)]
+        if self.dtype != torch.float32:
+            why = "the weights are int8" if self.dtype == torch.int8 else "not float32"
+            self.precision = precision_choice.untimed_choice(self.dtype, why)
+        elif not work:
+            self.precision = precision_choice.untimed_choice(self.dtype, "nothing to translate")
+        else:
+            batch = work if max_tokens is None else next(_batches_by_tokens(work, rows, max_tokens))
+            src = self.to_batch([rows[i] for i in batch])
+            bf16 = self._frozen(torch.bfloat16)
+            self.precision = precision_choice.timed_choice(self.engine, bf16, src, beam)
+            if self.precision.chosen == "bfloat16":
+                self.model.to(torch.bfloat16)
+                self.engine, self.dtype = bf16, torch.bfloat16
+        return self.precision
 
     @classmethod
     def load(

@@ -105,12 +105,24 @@ DeviceOpt = Annotated[str, typer.Option("--device", callback=utf8, help="cpu, cu
 _DTYPES = {p.dtype_name: p for p in Precision if p is not Precision.AUTO}
 
 
-def _inference_precision(name: str | Precision) -> Precision:
-    if isinstance(name, Precision):  # the default
-        return name
-    if name not in _DTYPES:
-        raise typer.BadParameter(f"{name!r}; use {', '.join(_DTYPES)}")
-    return _DTYPES[name]
+# ... and `--dtype auto` (translate, serve) names AUTO by its own name.
+_AUTO_DTYPES = {**_DTYPES, Precision.AUTO.value: Precision.AUTO}
+
+
+def _precision_parser(names: dict[str, Precision]) -> Callable[[str | Precision], Precision]:
+    """The `--dtype` parser that takes `names`."""
+
+    def parse(name: str | Precision) -> Precision:
+        if isinstance(name, Precision):  # the default
+            return name
+        if name not in names:
+            raise typer.BadParameter(f"{name!r}; use {', '.join(names)}")
+        return names[name]
+
+    return parse
+
+
+_inference_precision = _precision_parser(_DTYPES)
 
 
 PrecisionOpt = Annotated[
@@ -131,6 +143,18 @@ ModelPrecisionOpt = Annotated[
         metavar="[" + "|".join(_DTYPES) + "]",
         show_default="the weights': int8 for `convert marian --dtype int8`, else float32",
         help="Model precision (bfloat16 suits GPUs; int8: int8 products on the CPU).",
+    ),
+]
+AutoPrecisionOpt = Annotated[
+    Precision,
+    typer.Option(
+        "--dtype",
+        parser=_precision_parser(_AUTO_DTYPES),
+        metavar="[" + "|".join(_AUTO_DTYPES) + "]",
+        show_default="auto",
+        help="Model precision. auto: int8 for the weights of `convert marian --dtype int8`, "
+        "else float32 or bfloat16, whichever decodes this model faster here (a few steps "
+        "timed at load; bfloat16 only if clearly faster: aiayn.apps.precision_choice).",
     ),
 ]
 TokenizerOpt = Annotated[
@@ -191,14 +215,17 @@ def load_translator(
     precision: Precision | None = None,
     shortlist: Path | None = None,
 ):
+    """RUN's `Translator`; `precision` None or AUTO: the weights' type (`--dtype auto` then
+    times float32 against bfloat16 with `Translator.choose_precision`)."""
     from aiayn.apps.translate import Translator
 
     check_device(device)
+    given = precision not in (None, Precision.AUTO)
     return Translator.load(  # a GPT or BERT run is refused by name before its weights are read
         run,
         device=device,
         tokenizer=tokenizer,
-        dtype=None if precision is None else precision.dtype,
+        dtype=precision.dtype if given else None,
         shortlist=shortlist,
     )
 

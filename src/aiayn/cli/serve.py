@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 
 from aiayn.cli.common import (
+    AutoPrecisionOpt,
     DeviceOpt,
-    ModelPrecisionOpt,
     ShortlistOpt,
     TokenizerOpt,
     check_device,
@@ -20,6 +20,7 @@ from aiayn.cli.common import (
     utf8,
     warnings_to_stderr,
 )
+from aiayn.config import Precision
 
 
 @command()
@@ -70,7 +71,7 @@ def serve(
     ] = False,
     access_log: Annotated[bool, typer.Option(help="Log every request.")] = True,
     device: DeviceOpt = "cpu",
-    dtype: ModelPrecisionOpt = None,
+    dtype: AutoPrecisionOpt = Precision.AUTO,
     tokenizer: TokenizerOpt = None,
     shortlist: ShortlistOpt = None,
 ) -> None:
@@ -82,6 +83,7 @@ def serve(
     import dataclasses
 
     from aiayn.apps.decoder_choice import Use, default_decoder
+    from aiayn.apps.precision_choice import sample_rows
     from aiayn.apps.serve import ServeConfig, ServerError, create_app, run_server
     from aiayn.apps.translate import Translator
 
@@ -113,7 +115,7 @@ def serve(
             translator = Translator.from_marian(
                 run,
                 device=device,
-                dtype=None if dtype is None else dtype.dtype,
+                dtype=None if dtype is Precision.AUTO else dtype.dtype,
                 shortlist=shortlist,
             )
         else:
@@ -123,6 +125,11 @@ def serve(
                 Use.SERVE, translator.decode.beam, threads, device, shortlist is not None
             )
             settings = dataclasses.replace(settings, continuous=chosen.continuous)
+        if dtype is Precision.AUTO:  # timed on a full batch of sentences of a usual length
+            sentences = settings.continuous or settings.max_batch
+            rows = sample_rows(translator.model.cfg, sentences)
+            max_tokens = None if settings.continuous else settings.max_tokens
+            translator.choose_precision(rows, translator.decode.beam, max_tokens)
         server = create_app(translator, settings, run)
         run_server(server, host, port, access_log)
     except (FileNotFoundError, ValueError, ServerError) as err:

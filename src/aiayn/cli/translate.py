@@ -9,9 +9,9 @@ from typing import Annotated
 import typer
 
 from aiayn.cli.common import (
+    AutoPrecisionOpt,
     DeviceOpt,
     MaxTokensOpt,
-    ModelPrecisionOpt,
     RunArg,
     ShortlistOpt,
     TokenizerOpt,
@@ -20,6 +20,7 @@ from aiayn.cli.common import (
     load_translator,
     warnings_to_stderr,
 )
+from aiayn.config import Precision
 
 
 @command()
@@ -51,7 +52,7 @@ def translate(
     seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
     max_tokens: MaxTokensOpt = 4096,
     device: DeviceOpt = "cpu",
-    dtype: ModelPrecisionOpt = None,
+    dtype: AutoPrecisionOpt = Precision.AUTO,
     tokenizer: TokenizerOpt = None,
     shortlist: ShortlistOpt = None,
     continuous: Annotated[
@@ -101,9 +102,15 @@ def translate(
             continuous = default_decoder(
                 Use.FILE, config.beam, torch.get_num_threads(), device, shortlist is not None
             ).continuous
-        results = translator.translate_nbest(
-            lines, config, max_tokens, output is not None, continuous, compile
-        )
+        rows = translator.encode(lines)
+        progress = output is not None
+        if dtype is Precision.AUTO:  # timed on the first batch the decoder will run
+            first = sorted(rows, key=len, reverse=True)[:continuous] if continuous else rows
+            translator.choose_precision(first, config.beam, None if continuous else max_tokens)
+        if continuous:
+            results = translator.stream_ids(rows, config, continuous, compile, progress)
+        else:
+            results = translator.translate_ids(rows, config, max_tokens, progress)
     except (FileNotFoundError, ValueError) as err:
         raise fail(err) from None
     if nbest == 1:

@@ -1,5 +1,6 @@
 """Training arithmetic: which `Precision` a device gets, and the autocast and scaler for it;
-and what this machine's matrix products reach in each type (`measure_matmul_peak`).
+and what this machine's matrix products reach in each type (`measure_matmul_peak`, timed
+by `fastest_seconds`, which inference's choice of precision times its steps with too).
 
 The weights always stay float32; bf16 and fp16 autocast the forward pass (and so the
 backward pass) to 16 bits, and fp16 also scales the loss so that small gradients do
@@ -13,6 +14,7 @@ import functools
 import logging
 import math
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -28,6 +30,44 @@ def has_native_bf16(device: torch.device) -> bool:
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
     return torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported()
+
+
+def fastest_seconds(
+    works: Sequence[Callable[[], object]], repeats: int, device: torch.device
+) -> list[float]:
+    """The fastest of `repeats` timings of each of `works`, in seconds, in their order.
+
+    Each work runs once untimed first (kernels chosen, memory touched). Then the works
+    take turns, `repeats` rounds of one run each, so that a load that comes and goes on
+    the machine meanwhile slows them alike. On CUDA each timing waits for the device
+    before and after.
+
+    Args:
+        works: what to time, each called with no arguments.
+        repeats: timed runs of each (>= 1).
+        device: where the works run.
+
+    Raises:
+        ValueError: `repeats` below 1.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    for work in works:  # warm-up
+        work()
+    best = [math.inf] * len(works)
+    for _ in range(repeats):
+        for i, work in enumerate(works):
+            sync()
+            started = time.perf_counter()
+            work()
+            sync()
+            best[i] = min(best[i], time.perf_counter() - started)
+    return best
 
 
 @dataclass(frozen=True)
@@ -69,20 +109,8 @@ def measure_matmul_peak(
     generator = torch.Generator().manual_seed(0)
     a = torch.randn(size, size, generator=generator).to(device, dtype)
     b = torch.randn(size, size, generator=generator).to(device, dtype)
-
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    best = math.inf
     with torch.no_grad():
-        torch.mm(a, b)  # warm-up: kernels chosen, memory touched
-        for _ in range(repeats):
-            sync()
-            started = time.perf_counter()
-            torch.mm(a, b)
-            sync()
-            best = min(best, time.perf_counter() - started)
+        (best,) = fastest_seconds([lambda: torch.mm(a, b)], repeats, device)
     flops = 2 * size**3
     return MatmulPeak(
         dtype=str(dtype).removeprefix("torch."),

@@ -310,7 +310,8 @@ def available_memory(device: torch.device) -> int | None:
 
 
 def model_info(translator: Translator, source: Path) -> dict[str, Any]:
-    """What `GET /info` says: the model, its shape, languages, size, decoding defaults."""
+    """What `GET /info` says: the model, its shape, languages, size, precision (and how it
+    was chosen: `Translator.precision`), decoding defaults."""
     cfg = translator.model.cfg
     shape = {
         name: getattr(cfg, name)
@@ -337,6 +338,7 @@ def model_info(translator: Translator, source: Path) -> dict[str, Any]:
         "parameters": translator.model.num_parameters(),
         "device": str(translator.device),
         "dtype": str(translator.dtype).removeprefix("torch."),
+        "precision": translator.precision.record(),  # and, where auto chose it, on what measure
         "decoding": _plain(dataclasses.asdict(translator.decode)),
     }
 
