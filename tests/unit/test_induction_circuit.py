@@ -15,8 +15,10 @@ from aiayn.analysis.induction import (
     induction_scores,
     previous_token_scores,
     repeat_losses,
+    repeated_random_tokens,
 )
 from aiayn.models.decoder_only import DecoderOnly
+from aiayn.nn.hooks import hooks, run_with_cache
 
 V, T = 8, 6  # tokens 3 .. 7 and 0 are ordinary here; bos is 1
 N = 1 + 2 * T  # bos, T tokens, the same T again
@@ -104,6 +106,84 @@ def test_ablating_the_induction_head_or_its_partner_removes_the_in_context_gain(
     # without its previous-token partner its keys are blank: it attends evenly and
     # the repeated half is no longer predicted
     assert repeat_losses(model, ids, ablate=[(0, 0)])[1] - repeated_half > 1.0
+
+
+def random_gpt() -> DecoderOnly:
+    """A 2-layer attention-only pre-norm GPT with random weights, 2 heads per layer."""
+    torch.manual_seed(0)
+    cfg = ModelConfig.gpt(
+        vocab_size=11, d_model=8, n_heads=2, d_ff=0, n_layers=2, max_len=16,
+        dropout=0.0, attention_dropout=0.0,
+    )  # fmt: skip
+    model = DecoderOnly(cfg).eval()
+    with torch.no_grad():  # weights of std 1: each head's output moves the loss visibly
+        for name, parameter in model.named_parameters():
+            if "norm" not in name:
+                parameter.normal_()
+    return model
+
+
+def _halves(logits: torch.Tensor, ids: torch.Tensor) -> tuple[float, float]:
+    """The mean loss on ids 1 .. T and T + 2 .. 2T, from log_softmax by hand."""
+    length = (ids.size(1) - 1) // 2
+    nll = -logits[:, :-1].log_softmax(-1).gather(-1, ids[:, 1:, None])[..., 0]  # (B, 2T)
+    return nll[:, :length].mean().item(), nll[:, length + 1 :].mean().item()
+
+
+@pytest.mark.parametrize("layer, head", [(0, 1), (1, 0)])
+def test_mean_ablation_equals_the_head_zeroed_and_its_mean_written_through_w_o(layer, head):
+    model, specials = random_gpt(), (0, 1, 2)
+    ids = repeated_random_tokens(11, 7, 3, seed=0, specials=specials, bos_id=1)  # (3, 15)
+    reference = repeated_random_tokens(11, 7, 16, seed=1, specials=specials, bos_id=1)
+    attention = model.decoder.layers[layer].self_attn
+    z = f"decoder.layers.{layer}.self_attn.hook_z"
+    _, cache = run_with_cache(model, reference, names=[z])
+    mean = cache[z][:, head].mean(dim=0)  # (T, Dv): per position, over the reference rows
+    d_v = attention.d_v
+    w_o = attention.out_proj.weight[:, head * d_v : (head + 1) * d_v].T  # (Dv, D)
+
+    def zero(activation, _name):
+        activation = activation.clone()
+        activation[:, head] = 0.0
+        return activation
+
+    def write_mean(x, _name):  # pre-norm: resid_mid = resid_pre + attention output
+        return x + mean @ w_o
+
+    with (
+        torch.no_grad(),
+        hooks(model, {z: zero, f"decoder.layers.{layer}.hook_resid_mid": write_mean}),
+    ):
+        by_hand = _halves(model(ids), ids)
+    ablated = repeat_losses(model, ids, ablate=[(layer, head)], reference=reference)
+    assert ablated == pytest.approx(by_hand, abs=1e-5)
+    # and it is not zero ablation (the mean output is not zero here)
+    zeroed = repeat_losses(model, ids, ablate=[(layer, head)])
+    assert max(abs(a - b) for a, b in zip(zeroed, by_hand, strict=True)) > 0.01
+
+
+def test_mean_ablation_over_the_same_single_row_changes_nothing():
+    model = random_gpt()
+    ids = repeated_random_tokens(11, 7, 1, seed=0, specials=(0, 1, 2), bos_id=1)
+    assert repeat_losses(model, ids, [(1, 0), (0, 1)], reference=ids) == pytest.approx(
+        repeat_losses(model, ids), abs=1e-6
+    )
+
+
+def test_mean_ablating_the_hand_built_induction_head_removes_the_in_context_gain():
+    model, ids = induction_circuit(), repeated()
+    _, repeated_half = repeat_losses(model, ids)
+    reference = repeated(batch=16)  # other orders of the same tokens
+    _, ablated_repeated = repeat_losses(model, ids, [(1, 0)], reference=reference)
+    assert ablated_repeated - repeated_half > 1.0
+
+
+def test_mean_ablation_refuses_a_reference_of_another_length():
+    model = random_gpt()
+    ids = repeated_random_tokens(11, 7, 2, seed=0, specials=(0, 1, 2), bos_id=1)
+    shorter = repeated_random_tokens(11, 5, 2, seed=1, specials=(0, 1, 2), bos_id=1)
+    with pytest.raises(ValueError, match="the mean is per position"):
+        repeat_losses(model, ids, [(1, 0)], reference=shorter)
 
 
 def test_repeat_losses_refuse_a_head_out_of_range():

@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.analysis.heads import plot_head_metric
-from aiayn.analysis.patching import grid_to_json
+from aiayn.analysis.patching import grid_to_json, mean_ablation
 from aiayn.analysis.viz import write_png
 from aiayn.data.files import strict_json, write_atomic
 from aiayn.models.decoder_only import DecoderOnly
@@ -215,7 +215,10 @@ def _zero_heads(heads: Sequence[int]):
 
 
 def repeat_losses(
-    model: nn.Module, ids: Tensor, ablate: Iterable[tuple[int, int]] = ()
+    model: nn.Module,
+    ids: Tensor,
+    ablate: Iterable[tuple[int, int]] = (),
+    reference: Tensor | None = None,
 ) -> tuple[float, float]:
     """The mean next-token loss on the first repeat and on the repeated half, in nats.
 
@@ -231,13 +234,18 @@ def repeat_losses(
             is restored after).
         ids: (B, 1 + 2T) from `repeated_random_tokens`.
         ablate: (layer, head) pairs whose output before W^O (`hook_z`) is set to
-            zero at every position: zero ablation.
+            zero at every position (zero ablation), or with `reference` replaced by
+            its mean over the reference rows, position by position (mean ablation,
+            `aiayn.analysis.patching.mean_ablation`).
+        reference: (B_ref, 1 + 2T) ids as long as `ids` (other rows of
+            `repeated_random_tokens`), for mean ablation; None: zero ablation.
 
     Returns:
         (first-repeat loss, repeated-half loss), each averaged over its tokens and rows.
 
     Raises:
-        ValueError: as `induction_scores`, or a layer or head out of range.
+        ValueError: as `induction_scores`, a layer or head out of range, or a
+            reference of another length.
     """
     length = _repeat_length(ids)
     model = _decoder_only(model)
@@ -251,10 +259,18 @@ def repeat_losses(
         if not 0 <= head < n_heads:
             raise ValueError(f"head {head} out of range: layer {layer} has {n_heads}")
         by_layer.setdefault(layer, []).append(head)
-    functions = {
-        f"decoder.layers.{layer}.self_attn.hook_z": _zero_heads(heads)
-        for layer, heads in by_layer.items()
-    }
+    if reference is not None and (reference.dim() != 2 or reference.size(1) != ids.size(1)):
+        raise ValueError(
+            f"the reference for mean ablation must be (B, {ids.size(1)}) ids like the "
+            f"sequences scored (the mean is per position); got shape {tuple(reference.shape)}"
+        )
+    functions = {}
+    for layer, heads in by_layer.items():
+        name = f"decoder.layers.{layer}.self_attn.hook_z"
+        if reference is None:
+            functions[name] = _zero_heads(heads)
+        else:  # each head's mean from the reference run with nothing ablated
+            functions[name] = mean_ablation(model, [reference], name, heads)
     was_training = model.training
     model.eval()
     try:

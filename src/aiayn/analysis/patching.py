@@ -226,6 +226,37 @@ def _splice(
     return patch
 
 
+def mean_ablation(
+    model: nn.Module, reference: Sequence[Tensor], name: str, heads: Sequence[int]
+) -> HookFunction:
+    """A hook function for per-head point `name` that replaces the given heads' output by
+    its mean over the reference batch, position by position: mean ablation.
+
+    Zeroing a head (zero ablation) also takes away its average output, which later
+    layers may rely on whatever the input; replacing it by its mean over inputs like
+    these takes away only what it does for this input (Wang et al. 2022, "Interpretability
+    in the Wild", mean-ablate over a reference distribution). Like `run_patched`, it takes
+    an activation from another run: here the reference batch's mean instead of a clean
+    run's. The hooked run must be as long as the reference (the mean is per position).
+
+    Args:
+        model: any shape; `reference` is its forward's inputs, (B_ref, T) ids for a GPT.
+        name: a per-head hook point (B, H, T, Dv), e.g. "decoder.layers.1.self_attn.hook_z".
+        heads: the heads replaced.
+
+    Returns:
+        The hook function (for `aiayn.nn.hooks.hooks`).
+
+    Raises:
+        ValueError: no hook point of that name, or one that is not per head.
+    """
+    cache = _cache(model, reference, [name])
+    if name not in cache:
+        raise ValueError(f"no hook point {name!r} in the model")
+    mean = cache[name].mean(dim=0, keepdim=True)  # (1, H, T, Dv)
+    return _splice(mean, None, heads)
+
+
 def metric_values(
     model: nn.Module, clean: Sequence[Tensor], corrupt: Sequence[Tensor], metric: Metric
 ) -> tuple[float, float]:
