@@ -30,6 +30,7 @@ stays in --workdir. A data set missing from --data is written first.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import statistics
@@ -72,17 +73,27 @@ class Task:
         kernels: the kernels compared (the language model's must be causal).
         metric: "accuracy" (classification, %) or "bpc" (language model, bits per
             character; lower is better).
+        settings: kernels whose settings differ from `KERNEL_SETTINGS` here.
     """
 
     recipe: str
     kernels: tuple[str, ...]
     metric: str
+    settings: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def kernel_settings(self, kernel: str) -> list[str]:
+        """The recipe overrides that set up `kernel` for this task."""
+        return list(dict(self.settings).get(kernel, KERNEL_SETTINGS[kernel]))
 
 
+# The CPU char-LM's window, 32 characters with no global tokens, is an eighth of its
+# context of 256: a kernel that reads further than 32 back shows it in the loss by position.
+CPU_WINDOW = ("model.attention_options={window: 32, global_tokens: 0}",)
 TASKS = {
     "listops": Task("listops-gpu", KERNELS, "accuracy"),
     "bible-genre": Task("bible-genre-gpu", KERNELS, "accuracy"),
     "charlm": Task("charlm-gpu", CAUSAL_KERNELS, "bpc"),
+    "charlm-cpu": Task("charlm-cpu", CAUSAL_KERNELS, "bpc", (("sliding_window", CPU_WINDOW),)),
 }
 SCORES = ("test_accuracy", "best_valid_accuracy", "test_bpc", "best_valid_bpc")
 
@@ -110,7 +121,8 @@ def write_data(task: str, data: Path, scale: float) -> None:
 def summarise(runs: list[dict]) -> dict[str, dict]:
     """Per kernel: the mean and sample standard deviation (0 for one seed) over its runs
     of each score it has (test and best validation accuracy, or bits per character),
-    tokens/s, peak MiB and updates, and the seeds."""
+    tokens/s, peak MiB and updates, the seeds, and the mean over seeds of each bucket of
+    the test bits per character by position, where the runs have it."""
     out = {}
     ran = {r["kernel"] for r in runs}
     for kernel in [k for k in KERNELS if k in ran]:
@@ -121,6 +133,13 @@ def summarise(runs: list[dict]) -> dict[str, dict]:
             if values:
                 entry[key] = statistics.fmean(values)
                 entry[f"{key}_std"] = statistics.stdev(values) if len(values) > 1 else 0.0
+        curves = [r["test_bpc_by_position"] for r in mine if "test_bpc_by_position" in r]
+        if curves:  # the same edges in every run of a task
+            per_bucket = zip(*(c["bpc"] for c in curves), strict=True)
+            entry["test_bpc_by_position"] = {
+                "edges": curves[0]["edges"],
+                "bpc": [statistics.fmean(values) for values in per_bucket],
+            }
         out[kernel] = entry
     return out
 
@@ -191,11 +210,52 @@ def bits_per_character(nats_per_piece: float, data: Path, split: str) -> float:
     return nats_per_piece * pieces_per_character(data, split) / math.log(2)
 
 
-def test_bits_per_char(run: Path, data: Path, device: str) -> tuple[float, int]:
-    """The run's best model (`best_model`) on `data`'s test split, packed into blocks
-    as the language-model task packs them: bits per character, and the pieces scored."""
+def position_edges(length: int) -> list[int]:
+    """Edges of the buckets of positions that the loss by position averages over: 0, 1,
+    2, 4, ... doubling, then `length` (the first bucket is the position with no
+    context; each later one reaches twice as far back as the one before)."""
+    edges = [0, 1]
+    while edges[-1] * 2 < length:
+        edges.append(edges[-1] * 2)
+    return [*edges, length]
+
+
+def bucket_names(edges: list[int]) -> list[str]:
+    """Each bucket of positions by name: "0", "2–3", ... (its first and last position)."""
+    return [str(lo) if hi - lo == 1 else f"{lo}–{hi - 1}" for lo, hi in itertools.pairwise(edges)]
+
+
+def nats_by_position(model, blocks, device: str):
+    """The model's mean loss in nats at each position of packed `blocks` ((N, T + 1)
+    ids: it reads block[:-1] and predicts block[1:]), over the blocks: a (T,) tensor.
+    Every position counts once per block, so its mean is the mean loss per piece."""
     import torch
     import torch.nn.functional as F
+
+    total = None
+    with torch.no_grad():
+        for chunk in blocks.split(4):
+            chunk = chunk.to(device)
+            logits = model(chunk[:, :-1]).float()  # (B, T, V)
+            targets = chunk[:, 1:]
+            nats = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (B, T)
+            total = nats.sum(0) if total is None else total + nats.sum(0)
+    return total.cpu().double() / len(blocks)
+
+
+def bits_by_bucket(nats, edges: list[int], ratio: float) -> list[float]:
+    """Mean nats per position (`nats_by_position`) as bits per character within each
+    bucket of positions [edges[i], edges[i + 1]), by the split's pieces per character
+    `ratio` (one ratio for every position)."""
+    return [float(nats[lo:hi].mean()) * ratio / math.log(2) for lo, hi in itertools.pairwise(edges)]
+
+
+def test_bits_per_char(run: Path, data: Path, device: str) -> tuple[float, int, dict]:
+    """The run's best model (`best_model`) on `data`'s test split, packed into blocks
+    as the language-model task packs them: bits per character, the pieces scored, and
+    bits per character by position in the block ({"edges": bucket edges, "bpc": one per
+    bucket}; `position_edges`, `bits_by_bucket`)."""
+    import torch
 
     from aiayn.data.corpus import PreparedCorpus
     from aiayn.data.lm import pack, read_documents
@@ -206,16 +266,11 @@ def test_bits_per_char(run: Path, data: Path, device: str) -> tuple[float, int]:
     texts = read_documents(PreparedCorpus.load(data), "test")
     documents = tokenizer.encode_batch(texts)
     blocks = torch.tensor(pack(documents, model.cfg.eos_id, model.cfg.max_len + 1, 1).blocks)
-    nats, count = 0.0, 0
-    with torch.no_grad():
-        for chunk in blocks.split(4):
-            chunk = chunk.to(device)
-            logits = model(chunk[:, :-1]).float()
-            targets = chunk[:, 1:]
-            nats += F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum").item()
-            count += targets.numel()
+    nats = nats_by_position(model, blocks, device)
     ratio = _pieces_per_character(texts, documents)
-    return nats / count * ratio / math.log(2), count
+    edges = position_edges(len(nats))
+    by_position = {"edges": edges, "bpc": bits_by_bucket(nats, edges, ratio)}
+    return float(nats.mean()) * ratio / math.log(2), nats.numel() * len(blocks), by_position
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -234,7 +289,7 @@ def worker(args: argparse.Namespace) -> None:
         f"model.attention={args.kernel}",
         f"train.seed={args.seed}",
         f"train.max_steps={args.steps}",
-        *KERNEL_SETTINGS[args.kernel],
+        *task.kernel_settings(args.kernel),
         *args.set,
     ]
     began = time.perf_counter()
@@ -256,11 +311,12 @@ def worker(args: argparse.Namespace) -> None:
             texts_per_s=statistics.median(per_s) if per_s else None,
         )
     else:
-        bpc, n_test = test_bits_per_char(run, args.data, args.device)
+        bpc, n_test, by_position = test_bits_per_char(run, args.data, args.device)
         losses = [r["loss"] for r in valid if "loss" in r]
         scores = dict(
             test_bpc=bpc,
             test_pieces=n_test,
+            test_bpc_by_position=by_position,
             best_valid_bpc=bits_per_character(min(losses), args.data, "valid") if losses else None,
             tokens_per_s=statistics.median(per_s) if per_s else None,
         )
@@ -371,8 +427,49 @@ def baselines(task: str, data: Path) -> dict[str, dict[str, float]]:
     return out
 
 
+def plot_positions(record: dict, out: Path) -> Path:
+    """Draw a language-model results file's test bits per character against position in
+    the block, one line per kernel (the mean over its seeds), beside the unigram's
+    level: which kernel's loss still falls where the context is far. Written to `out`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4))
+    edges = None
+    for kernel, s in record["kernels"].items():
+        curve = s["test_bpc_by_position"]
+        edges = curve["edges"]
+        seeds = len(s["seeds"])
+        label = f"{kernel} ({seeds} seed{'s' if seeds > 1 else ''})"
+        axes.plot(range(len(curve["bpc"])), curve["bpc"], marker="o", label=label)
+    unigram = record["baselines"]["unigram_bpc"]["test"]
+    axes.axhline(unigram, color="grey", linestyle="--", label=f"unigram {unigram:.2f}")
+    axes.set_xticks(range(len(edges) - 1), bucket_names(edges), rotation=30)
+    axes.set_xlabel("position in the block (characters of context before it)")
+    axes.set_ylabel("test bits per character")
+    axes.set_title(f"Bits per character by position: {record['recipe']}")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(out, dpi=110)
+    plt.close(figure)
+    return out
+
+
+def recipe_context(recipe: str) -> int:
+    """The context (model.max_len) of a packaged recipe."""
+    from aiayn.config.recipes import find_recipe
+    from aiayn.training.recipe import load_recipe
+
+    return int(load_recipe(find_recipe(Path(recipe))).model["max_len"])
+
+
 def launch(args: argparse.Namespace) -> list[dict]:
-    """Every (kernel, seed) run as a worker process, --parallel at a time; their records."""
+    """Every (kernel, seed) run as a worker process, --parallel at a time; their records.
+    With --reuse, a run whose result is in --workdir already is read, not run again."""
     jobs = [(k, s) for s in args.seeds for k in args.kernels]
     running: list[tuple[str, int, subprocess.Popen, object]] = []
     records = []
@@ -384,6 +481,11 @@ def launch(args: argparse.Namespace) -> list[dict]:
     while jobs or running:
         while jobs and len(running) < args.parallel:
             kernel, seed = jobs.pop(0)
+            done = args.workdir / f"{kernel}-seed{seed}" / RESULT_FILE
+            if args.reuse and done.is_file():
+                records.append(json.loads(done.read_text(encoding="utf-8")))
+                print(f"reused {kernel} seed {seed}: {done}", flush=True)
+                continue
             log = (args.workdir / f"{kernel}-seed{seed}.log").open("w", encoding="utf-8")
             command = [*base, "--kernel", kernel, "--seeds", str(seed), *shared]
             process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
@@ -424,10 +526,25 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=15, help="runs at a time")
     parser.add_argument("--workdir", type=Path, default=Path("runs/bench-efficient"))
     parser.add_argument("--results", default=None, help="default: efficient-TASK")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="read the runs whose result.json is in --workdir instead of running them again",
+    )
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        help="draw --results' loss by position (a language model's) to this PNG; no runs",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--kernel", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.seeds = [int(s) for s in args.seeds.split(",")]
+    args.results = args.results or f"efficient-{args.task}"
+    if args.plot is not None:
+        record = json.loads((common.RESULTS / f"{args.results}.json").read_text("utf-8"))
+        return print(f"wrote {plot_positions(record, args.plot)}")
     if args.worker:
         args.seed = args.seeds[0]
         return worker(args)
@@ -436,7 +553,6 @@ def main() -> None:
     unknown = sorted(set(args.kernels) - set(task.kernels))
     if unknown:
         parser.error(f"--kernels: {unknown} cannot run {args.task}; choose from {task.kernels}")
-    args.results = args.results or f"efficient-{args.task}"
     if args.device.startswith("cuda"):
         import torch  # noqa: F401 (imported here, so the results file names the GPU)
     write_data(args.task, args.data, args.scale)
@@ -465,6 +581,7 @@ def main() -> None:
         "data": manifest,
         **({"mean_train_tokens": length} if task.metric == "accuracy" else {}),
         "baselines": baselines(args.task, args.data),
+        **({"context": recipe_context(task.recipe)} if task.metric == "bpc" else {}),
         "shared_device": f"{args.parallel} runs at a time on one {args.device}",
         "wall_seconds": wall,
         "kernels": summary,

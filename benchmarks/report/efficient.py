@@ -159,8 +159,9 @@ def efficient_task(name: str) -> str:
     seeds = ", ".join(map(str, sorted(next(iter(data["kernels"].values()))["seeds"])))
     device = data.get("gpu", data["args"].get("device", ""))
     task = data.get("task", "listops")
-    if task == "charlm":
-        about = "the English Bible (WEB), one piece per character, blocks of 2,048."
+    if data["metric"] == "bpc":
+        context = data.get("context", 2048)  # the first file (charlm-gpu) did not say
+        about = f"the English Bible (WEB), one piece per character, blocks of {context:,}."
     else:
         sizes = data["data"]["sizes"]
         what, unit = (
@@ -178,6 +179,26 @@ def efficient_task(name: str) -> str:
         f"{about} {said_baselines}"
     )
     return "\n\n".join([table(headers, rows, left=1), said, source(name, data)])
+
+
+def efficient_positions(name: str) -> str:
+    """bench_efficient, a language model: test bits per character by position in the
+    block (buckets that double in reach), per kernel over its seeds; a kernel that reads
+    far context still gains in the last buckets."""
+    from benchmarks.bench_efficient import bucket_names
+
+    data = report.load(name)
+    edges = next(iter(data["kernels"].values()))["test_bpc_by_position"]["edges"]
+    names = bucket_names(edges)
+    rows = [
+        [kernel, *(f"{b:.2f}" for b in s["test_bpc_by_position"]["bpc"])]
+        for kernel, s in data["kernels"].items()
+    ]
+    said = (
+        "Test bits per character at each position of the block (0: the character read "
+        "with no context), the mean of each bucket of positions and of the kernel's seeds."
+    )
+    return "\n\n".join([table(["kernel", *names], rows, left=1), said, source(name, data)])
 
 
 RECALL_TASKS = {

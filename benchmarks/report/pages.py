@@ -29,6 +29,7 @@ from benchmarks.report.efficient import (
     attention,
     cost_and_loss,
     efficient_attention,
+    efficient_positions,
     efficient_task,
     recall,
     sdpa_backends,
@@ -98,6 +99,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "efficient-listops": lambda: efficient_task("efficient-listops"),
     "efficient-bible-genre": lambda: efficient_task("efficient-bible-genre"),
     "efficient-charlm": lambda: efficient_task("efficient-charlm"),
+    "efficient-charlm-cpu": lambda: efficient_task("efficient-charlm-cpu"),
+    "efficient-charlm-cpu-positions": lambda: efficient_positions("efficient-charlm-cpu"),
     **{name: lambda name=name: recall(name) for name in RECALL_RESULTS},
     "efficient-cost-loss": cost_and_loss,
     "positions-extrapolation": positions_extrapolation,
@@ -173,6 +176,8 @@ WHEN = {
     "efficient-listops": recorded("efficient-listops"),
     "efficient-bible-genre": recorded("efficient-bible-genre"),
     "efficient-charlm": recorded("efficient-charlm"),
+    "efficient-charlm-cpu": recorded("efficient-charlm-cpu"),
+    "efficient-charlm-cpu-positions": recorded("efficient-charlm-cpu"),
     **{name: recorded(name) for name in RECALL_RESULTS},
     "efficient-cost-loss": lambda: all(
         recorded(f"recall-{task}-circuit")() for task in ("mqar", "distance-copy", "selective-copy")

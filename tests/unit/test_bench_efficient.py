@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 from aiayn.data.lm import prepare_lm_text
 from aiayn.data.prepare import PrepareConfig
@@ -105,3 +106,64 @@ def test_naive_bayes_counts_character_ngrams_with_add_one_smoothing(tmp_path):
         tmp_path, "test", [("dc", "y")]
     )  # y: log 2/3 + log 2/11 beats x's log 1/3 + log 1/8
     assert naive_bayes_share(tmp_path, "test", n=2) == pytest.approx(100.0)
+
+
+def test_the_cpu_char_lm_is_causal_and_its_window_is_smaller_than_its_context():
+    from benchmarks.bench_efficient import recipe_context
+
+    task = TASKS["charlm-cpu"]
+    assert task.kernels == TASKS["charlm"].kernels
+    window = task.kernel_settings("sliding_window")
+    assert window == ["model.attention_options={window: 32, global_tokens: 0}"]
+    assert 32 < recipe_context(task.recipe) == 256
+    assert task.kernel_settings("performer") == KERNEL_SETTINGS["performer"]  # not changed
+    assert TASKS["charlm"].kernel_settings("sliding_window") == KERNEL_SETTINGS["sliding_window"]
+
+
+def test_position_buckets_double_from_the_position_with_no_context():
+    from benchmarks.bench_efficient import bucket_names, position_edges
+
+    assert position_edges(256) == [0, 1, 2, 4, 8, 16, 32, 64, 128, 256]
+    assert position_edges(6) == [0, 1, 2, 4, 6]  # the last bucket is cut at the length
+    assert position_edges(2) == [0, 1, 2]
+    assert bucket_names([0, 1, 2, 4, 6]) == ["0", "1", "2–3", "4–5"]
+
+
+class KnownLosses(torch.nn.Module):
+    """A model whose loss at position t is known by hand: its logits give id 0 the
+    score t and every other id 0, whatever it reads."""
+
+    def __init__(self, vocab: int) -> None:
+        super().__init__()
+        self.vocab = vocab
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        B, T = ids.shape
+        logits = torch.zeros(B, T, self.vocab)
+        logits[:, :, 0] = torch.arange(T, dtype=torch.float32)
+        return logits
+
+
+def test_the_loss_by_position_averages_each_position_over_the_blocks_by_hand():
+    from benchmarks.bench_efficient import bits_by_bucket, nats_by_position
+
+    V, T = 5, 4
+    # 6 blocks of T + 1 ids (split 4 + 2 by nats_by_position): half predict id 0 at
+    # every position, half id 3
+    blocks = torch.tensor([[1, 0, 0, 0, 0]] * 3 + [[2, 3, 3, 3, 3]] * 3)
+    nats = nats_by_position(KnownLosses(V), blocks, "cpu")
+    # at position t: -log p(0) = log(e^t + 4) - t, -log p(3) = log(e^t + 4)
+    hand = [(math.log(math.e**t + 4) - t + math.log(math.e**t + 4)) / 2 for t in range(T)]
+    assert nats.tolist() == pytest.approx(hand)
+    ratio = 1.25  # pieces per character
+    bits = bits_by_bucket(nats, [0, 1, 2, 4], ratio)
+    expect = [hand[0], hand[1], (hand[2] + hand[3]) / 2]
+    assert bits == pytest.approx([n * ratio / math.log(2) for n in expect])
+
+
+def test_the_summary_averages_the_loss_by_position_over_seeds():
+    runs = [run("sdpa", seed, 0.0) for seed in (0, 1)]
+    for r, curve in zip(runs, ([3.0, 2.0], [4.0, 1.0]), strict=True):
+        r["test_bpc_by_position"] = {"edges": [0, 1, 2], "bpc": curve}
+    by_position = summarise(runs)["sdpa"]["test_bpc_by_position"]
+    assert by_position == {"edges": [0, 1, 2], "bpc": [3.5, 1.5]}
