@@ -107,11 +107,12 @@ def attend(
     if n_kv_heads != n_heads:  # each key/value head serves a group of query heads
         k = k.repeat_interleave(n_heads // n_kv_heads, dim=1)
         v = v.repeat_interleave(n_heads // n_kv_heads, dim=1)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, T, S)
+    # in place: the product's backward needs q and k, not the scores
+    scores = (q @ k.transpose(-2, -1)).mul_(1.0 / math.sqrt(q.size(-1)))  # (B, H, T, S)
     if scores_mask is not None and scores_mask.dtype == torch.bool:
-        scores = scores.masked_fill(~scores_mask, float("-inf"))
+        scores = scores.masked_fill_(~scores_mask, float("-inf"))
     elif scores_mask is not None:
-        scores = scores + scores_mask
+        scores = scores.add_(scores_mask)
     weights = scores.softmax(dim=-1)
     if has_key is not None:
         weights = weights.masked_fill(~has_key, 0.0)
