@@ -93,6 +93,18 @@ def test_quickstart_tiny_end_to_end_and_resume(tmp_path):
     assert results["machine"] == machine()
     assert results["precision"] == {"requested": "fp32", "chosen": "fp32"}  # the recipe's
     assert "precision: fp32" in first.output
+    # the test translation's type: auto, timed (faked alike by tests/conftest.py) on the
+    # first batch, the 12 verses at beam 2
+    assert results["decode_precision"] == {
+        "requested": "auto",
+        "chosen": "float32",
+        "bf16_speedup": 1.0,
+        "bf16_min_speedup": 1.2,
+        "rows": 24,
+    }
+    assert "decoding precision: float32 (auto: bfloat16 steps timed 1.00x float32's" in (
+        first.output
+    )
 
     # The score is sacreBLEU's on the files written, against the corpus's references.
     hypotheses = read_lines(out / "eval" / "hypotheses.txt")

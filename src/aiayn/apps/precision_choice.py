@@ -9,9 +9,9 @@ in by default (`--dtype auto`): float32 or bfloat16, whichever decodes the model
 `Translator.choose_precision` runs it on the batch a translator is about to decode.
 
 Whether bfloat16 pays depends on the CPU and on the work, not on a flag: with AMX its
-products are several times faster than float32's; with AVX512-BF16 alone they may be
-faster at large products and slower at small ones, whose casts and kernel calls dominate
-(docs/explanation/results/cpu-inference.md); without either, bfloat16 is emulated. So
+products are several times faster than float32's; with AVX512-BF16 alone they are faster
+on some machines and shapes and slower on others (docs/explanation/results/cpu-inference.md);
+without either, bfloat16 is emulated. So
 the model's own decoding steps are timed, at the batch that will run, in each type
 (`bf16_decoding_speedup`): a step is what decoding repeats once per output token, so its
 time is the translation's. Training's `precision: auto` times square products instead
@@ -40,15 +40,19 @@ log = logging.getLogger(__name__)
 
 BF16_MIN_SPEEDUP = 1.2
 """bfloat16 decodes by default only where its steps are timed this much faster than
-float32's. The steps are timed briefly, on a machine that may be busy: timed again, the
-same step's ratio moves by a few percent, and more under load. 1.2 keeps such noise from
-switching a model whose two types decode about as fast to bfloat16, which changes its
-translations; where bfloat16 really pays (AMX: several times), it clears the margin far."""
+float32's: where it saves at least a sixth of the decoding time. Some of its translations
+differ from float32's (docs/explanation/results/cpu-inference.md measures how many, and
+BLEU), so a tie, or the few percent by which a second timing of the same steps differs,
+does not pay for that; where bfloat16 really pays (AMX: several times faster products) it
+clears the margin by far. Training's `precision: auto` asks less
+(`aiayn.training.precision.BF16_MIN_SPEEDUP`): there no output is compared line by line.
+A machine under heavy load times mostly noise (docs/reference/cli.md): where the outputs
+must not depend on it, give the type (`--dtype`)."""
 
 TIMED_STEPS = 4
-"""Timed decoding steps of each type, in turns, after one untimed step each: with the
-encoder pass that begins each, well under a second for the quickstart's model at its test
-batch (800 hypothesis rows)."""
+"""Timed decoding steps of each type, in turns, after one untimed step each. The timing
+also pays an encoder pass in each type and the freezing of the bfloat16 copy (what it took
+for the quickstart's model: docs/reference/cli.md)."""
 
 SERVED_SOURCE_TOKENS = 32
 """The source length a server's precision is timed at (`sample_rows`): a sentence of
