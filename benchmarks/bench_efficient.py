@@ -33,6 +33,7 @@ import argparse
 import itertools
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -573,7 +574,21 @@ def main() -> None:
         manifest = json.loads((args.data / manifest_file[args.task]).read_text("utf-8"))
     runs.sort(key=lambda r: (KERNELS.index(r["kernel"]), r["seed"]))
     summary = summarise(runs)
+    context = recipe_context(task.recipe) if task.metric == "bpc" else None
+    where = f"the English Bible, blocks of {context:,}" if context else args.task
+    # the workers inherit the launcher's environment: OMP_NUM_THREADS sets their threads
+    threads = os.environ.get("OMP_NUM_THREADS") if args.device == "cpu" else None
+    device = f"one {common.gpu_name() or args.device}" if args.device != "cpu" else "the CPU"
     payload = {
+        "measures": [
+            {
+                "system": f"{', '.join(args.kernels)}: {args.task}",
+                "cell": f"{where}, {args.steps:,} updates each, {device}"
+                + (f", {threads} thread(s) a run" if threads else ""),
+                "harness": f"bench_efficient, {args.parallel} runs at a time",
+            }
+        ],
+        "threads": int(threads) if threads and threads.isdigit() else None,
         "task": args.task,
         "metric": task.metric,
         "recipe": task.recipe,
@@ -581,7 +596,7 @@ def main() -> None:
         "data": manifest,
         **({"mean_train_tokens": length} if task.metric == "accuracy" else {}),
         "baselines": baselines(args.task, args.data),
-        **({"context": recipe_context(task.recipe)} if task.metric == "bpc" else {}),
+        **({"context": context} if context else {}),
         "shared_device": f"{args.parallel} runs at a time on one {args.device}",
         "wall_seconds": wall,
         "kernels": summary,
