@@ -49,7 +49,7 @@ clears the margin by far. Training's `precision: auto` asks less
 A machine under heavy load times mostly noise (docs/reference/cli.md): where the outputs
 must not depend on it, give the type (`--dtype`)."""
 
-TIMED_STEPS = 4
+TIMED_STEPS = 6
 """Timed decoding steps of each type, in turns, after one untimed step each. The timing
 also pays an encoder pass in each type and the freezing of the bfloat16 copy (what it took
 for the quickstart's model: docs/reference/cli.md)."""
