@@ -213,8 +213,9 @@ def bits_per_character(nats_per_piece: float, data: Path, split: str) -> float:
 
 def position_edges(length: int) -> list[int]:
     """Edges of the buckets of positions that the loss by position averages over: 0, 1,
-    2, 4, ... doubling, then `length` (the first bucket is the position with no
-    context; each later one reaches twice as far back as the one before)."""
+    2, 4, ... doubling, then `length`. Position t predicts the next character from the
+    t + 1 read so far, so the first bucket reads one character, and each later one
+    reaches about twice as far back as the one before."""
     edges = [0, 1]
     while edges[-1] * 2 < length:
         edges.append(edges[-1] * 2)
@@ -448,7 +449,7 @@ def plot_positions(record: dict, out: Path) -> Path:
     unigram = record["baselines"]["unigram_bpc"]["test"]
     axes.axhline(unigram, color="grey", linestyle="--", label=f"unigram {unigram:.2f}")
     axes.set_xticks(range(len(edges) - 1), bucket_names(edges), rotation=30)
-    axes.set_xlabel("position in the block (characters of context before it)")
+    axes.set_xlabel("position t in the block (the prediction reads t + 1 characters)")
     axes.set_ylabel("test bits per character")
     axes.set_title(f"Bits per character by position: {record['recipe']}")
     axes.grid(alpha=0.3)

@@ -195,8 +195,9 @@ def efficient_positions(name: str) -> str:
         for kernel, s in data["kernels"].items()
     ]
     said = (
-        "Test bits per character at each position of the block (0: the character read "
-        "with no context), the mean of each bucket of positions and of the kernel's seeds."
+        "Test bits per character at each position t of the block (the prediction of "
+        "character t + 1 from the t + 1 read so far; 0: from one character), the mean of "
+        "each bucket of positions and of the kernel's seeds."
     )
     return "\n\n".join([table(["kernel", *names], rows, left=1), said, source(name, data)])
 

@@ -120,7 +120,7 @@ def test_the_cpu_char_lm_is_causal_and_its_window_is_smaller_than_its_context():
     assert TASKS["charlm"].kernel_settings("sliding_window") == KERNEL_SETTINGS["sliding_window"]
 
 
-def test_position_buckets_double_from_the_position_with_no_context():
+def test_position_buckets_double_from_the_position_that_reads_one_character():
     from benchmarks.bench_efficient import bucket_names, position_edges
 
     assert position_edges(256) == [0, 1, 2, 4, 8, 16, 32, 64, 128, 256]
