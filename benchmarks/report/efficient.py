@@ -158,6 +158,7 @@ def efficient_task(name: str) -> str:
     said_baselines = " ".join(named[key].format(**value) for key, value in baselines.items())
     seeds = ", ".join(map(str, sorted(next(iter(data["kernels"].values()))["seeds"])))
     device = data.get("gpu", data["args"].get("device", ""))
+    where = "on the CPU, one thread each" if device == "cpu" else f"on one {device}"
     task = data.get("task", "listops")
     if data["metric"] == "bpc":
         context = data.get("context", 2048)  # the first file (charlm-gpu) did not say
@@ -175,7 +176,7 @@ def efficient_task(name: str) -> str:
         )
     said = (
         f"{len(data['runs'])} runs, seeds {seeds} per kernel, "
-        f"{min(int(data['args']['parallel']), len(data['runs']))} at a time on one {device}; "
+        f"{min(int(data['args']['parallel']), len(data['runs']))} at a time {where}; "
         f"{about} {said_baselines}"
     )
     return "\n\n".join([table(headers, rows, left=1), said, source(name, data)])
