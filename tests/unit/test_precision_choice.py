@@ -17,7 +17,12 @@ from typer.testing import CliRunner
 
 import aiayn.apps.precision_choice as precision_choice
 import aiayn.apps.serve
-from aiayn.apps.precision_choice import BF16_MIN_SPEEDUP, PrecisionChoice, sample_rows
+from aiayn.apps.precision_choice import (
+    BF16_MIN_SPEEDUP,
+    MAX_TIMED_ROWS,
+    PrecisionChoice,
+    sample_rows,
+)
 from aiayn.apps.quickstart import other_machine_line
 from aiayn.apps.translate import Translator
 from aiayn.cli import app
@@ -113,8 +118,25 @@ def test_the_batch_timed_is_the_first_that_will_run(run: Path, timed: FakeTiming
     expected = translator.to_batch([rows[2], rows[4]])
     assert torch.equal(timed.calls[-1]["src"], expected) and timed.calls[-1]["beam"] == 2
     translator.choose_precision(rows, max_tokens=None)  # one batch: every row with a token
-    assert torch.equal(timed.calls[-1]["src"], translator.to_batch([rows[i] for i in (0, 2, 3, 4)]))
+    expected = translator.to_batch([rows[i] for i in (2, 4, 0, 3)])  # longest first
+    assert torch.equal(timed.calls[-1]["src"], expected)
     assert timed.calls[-1]["beam"] == translator.decode.beam  # the translator's own by default
+
+
+def test_a_large_first_batch_is_timed_on_its_longest_sentences(
+    run: Path, timed: FakeTiming
+) -> None:
+    translator = Translator.load(run)
+    rows = translator.encode(sentences(100, seed=8))
+    translator.choose_precision(rows, beam=4)  # all 100 fit one batch of 4096 tokens
+    timed_rows = MAX_TIMED_ROWS // 4
+    longest = sorted(range(100), key=lambda i: -len(rows[i]))[:timed_rows]
+    src = timed.calls[-1]["src"]
+    assert src.shape == (timed_rows, len(rows[longest[0]]))
+    assert sorted(map(tuple, src.tolist())) == sorted(
+        map(tuple, translator.to_batch([rows[i] for i in longest]).tolist())
+    )
+    assert translator.precision.rows == MAX_TIMED_ROWS
 
 
 def test_nothing_to_translate_and_a_type_given_are_not_timed(run: Path, timed: FakeTiming) -> None:

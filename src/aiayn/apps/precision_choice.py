@@ -54,6 +54,12 @@ TIMED_STEPS = 6
 also pays an encoder pass in each type and the freezing of the bfloat16 copy (what it took
 for the quickstart's model: docs/reference/cli.md)."""
 
+MAX_TIMED_ROWS = 128
+"""The most hypothesis rows (sentences x beam) a timing decodes: of a larger first batch,
+its longest sentences that fit. A step's cost grows with its rows, and the timing should
+stay near a second; a larger batch runs the same products on more rows, where bfloat16
+gains no less, so the cut errs towards float32, as the margin does."""
+
 SERVED_SOURCE_TOKENS = 32
 """The source length a server's precision is timed at (`sample_rows`): a sentence of
 about 25 words. A server does not know its requests before it starts."""

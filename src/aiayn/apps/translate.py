@@ -196,7 +196,8 @@ class Translator:
         than float32 here, on the batch that is about to run (`aiayn.apps.precision_choice`).
 
         The batch timed is the first that `translate_ids(rows, config, max_tokens)` would
-        decode (the longest). A translator that runs another type than float32 (int8
+        decode (the longest), cut to its longest sentences that fit
+        `aiayn.apps.precision_choice.MAX_TIMED_ROWS` hypothesis rows. A translator that runs another type than float32 (int8
         weights, or a dtype given) keeps it, untimed, and so does one with nothing to
         translate. Where bfloat16 wins, the model and its frozen copy become bfloat16, as
         `dtype=torch.bfloat16` would have made them: the same translations follow.
@@ -214,12 +215,14 @@ class Translator:
         eos = self.model.cfg.eos_id
         work = [i for i, row in enumerate(rows) if any(t != eos for t in row)]
         if self.dtype != torch.float32:
-            why = "the weights are int8" if self.dtype == torch.int8 else "not float32"
+            why = "the weights are int8" if self.dtype == torch.int8 else "a type given, not timed"
             self.precision = precision_choice.untimed_choice(self.dtype, why)
         elif not work:
             self.precision = precision_choice.untimed_choice(self.dtype, "nothing to translate")
         else:
-            batch = work if max_tokens is None else next(_batches_by_tokens(work, rows, max_tokens))
+            one_batch = len(rows) * max(map(len, rows))  # max_tokens None: all rows fit
+            batch = next(_batches_by_tokens(work, rows, max_tokens or one_batch))
+            batch = batch[: max(1, precision_choice.MAX_TIMED_ROWS // beam)]  # longest first
             src = self.to_batch([rows[i] for i in batch])
             bf16 = self._frozen(torch.bfloat16)
             self.precision = precision_choice.timed_choice(self.engine, bf16, src, beam)
