@@ -182,8 +182,10 @@ INDUCTION_GOALS = {
     "phase_change_every_seed": "the phase change (repeated half 1 nat below the first)",
     "heads_every_seed": "a layer-1 head with prefix matching and copying >= 0.5, and a "
     "layer-0 head with previous token >= 0.5",
-    "ablation_every_seed": "zeroing the named induction head raises the repeated half by "
-    ">= 1 nat and the first half by < 0.1",
+    "ablation_every_seed": "mean-ablating the named induction head raises the repeated half "
+    "by >= 1 nat and the first half by < 0.1",
+    "pair_k_composition_every_seed": "the named pair (induction head, previous-token partner) "
+    "the highest on K-composition",
 }
 
 
@@ -207,10 +209,11 @@ def induction_repeated(name: str = "induction-repeated") -> str:
                 f"{phase:,}" if phase is not None else "none",
                 f"{seed['layer1_head_prefix_and_copying']:.2f}",
                 f"{seed['layer0_previous_token']:.2f}",
-                f"{seed['ablation_repeated_rise']:+.2f} / {seed['ablation_first_rise']:+.2f}",
-                f"{seed['partner_repeated_rise']:+.2f} / {seed['partner_first_rise']:+.2f}",
-                f"{seed['induction_heads_repeated_rise']:+.2f} / "
-                f"{seed['induction_heads_first_rise']:+.2f} ({seed['induction_heads']})",
+                _pair(seed),
+                _rises(seed, "mean_ablation"),
+                _rises(seed, "zero_ablation"),
+                _rises(seed, "mean_partner"),
+                f"{_rises(seed, 'mean_all')} ({seed['induction_heads']})",
             ]
         )
     headers = ["heads × size"] * several + [
@@ -220,9 +223,11 @@ def induction_repeated(name: str = "induction-repeated") -> str:
         "phase change at update",
         "layer 1: min(prefix matching, copying)",
         "layer 0: previous token",
-        "zero the induction head: repeated / first half (nats)",
-        "its previous-token partner",
-        "every layer-1 induction head (how many)",
+        "induction head ← partner: K-composition",
+        "mean-ablate the induction head: repeated / first half (nats)",
+        "zero it",
+        "mean-ablate its partner",
+        "mean-ablate every layer-1 induction head (how many)",
     ]
     seeds = len(goals["per_seed"])
     verdicts = [] if several else [
@@ -231,16 +236,31 @@ def induction_repeated(name: str = "induction-repeated") -> str:
     ]  # fmt: skip
     notes = (
         "Scores on repeated random symbols as `aiayn induction` gives them for the last "
-        "checkpoint. Ablations (the rise of each half's loss): the goal's zeroes the best "
-        "layer-1 prefix-matching head alone; its previous-token partner is the layer-0 head "
-        "that K-composes with it most; an induction head scores prefix matching >= 0.3. "
-        + data.get("note", "")
+        "checkpoint. The named induction head is the best layer-1 prefix-matching head; its "
+        "previous-token partner is the layer-0 head that K-composes with it most (✓: no other "
+        "pair scores higher). Ablations (the rise of each half's loss): mean ablation, the "
+        "goal's, replaces a head's output by its mean over 64 other test sequences, position "
+        "by position; zero ablation sets it to 0, which also takes away the average output "
+        "that the first half's predictions use. An induction head scores prefix matching "
+        ">= 0.3. " + data.get("note", "")
     )
     return "\n\n".join(
         [table(headers, rows, left=1 + several)]
         + (["\n".join(verdicts)] if verdicts else [])
         + [notes, source(name, data, timed=False)]
     )
+
+
+def _rises(seed: dict, key: str) -> str:
+    """ "repeated / first" rise of one ablation of a per-seed record, in nats."""
+    return f"{seed[f'{key}_repeated_rise']:+.2f} / {seed[f'{key}_first_rise']:+.2f}"
+
+
+def _pair(seed: dict) -> str:
+    """The named pair, "L1H0 ← L0H1 0.32 ✓" (✓: the highest K-composition of any pair)."""
+    (_, head), (_, partner) = seed["induction_head"], seed["previous_token_partner"]
+    mark = " ✓" if seed["pair_k_composition_highest"] else ""
+    return f"L1H{head} ← L0H{partner} {seed['pair_k_composition']:.2f}{mark}"
 
 
 # What each variant of `benchmarks.induction_causes --recipe repeated` changes.

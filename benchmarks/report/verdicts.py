@@ -399,8 +399,9 @@ def other_goals() -> list[Goal]:
 def induction_goals() -> list[Goal]:
     """Issue 50's goals for the induction recipe, per seed as `record_induction.goals`
     records them: the phase change within 10 minutes of training, the heads' scores
-    (as `aiayn induction` scores them), and zeroing the named induction head (the
-    repeated half's rise at least 1 nat, the first half's under 0.1)."""
+    (as `aiayn induction` scores them), and mean-ablating the named induction head (the
+    repeated half's rise at least 1 nat, the first half's under 0.1; `record_induction`
+    says why mean ablation, and records zero ablation beside it)."""
     if not exists(INDUCTION):
         return []
     data = report.load(INDUCTION)
@@ -422,10 +423,10 @@ def induction_goals() -> list[Goal]:
         Goal("induction-layer0-head", work, "layer-0 head: previous token", "fp32",
              tuple(s["layer0_previous_token"] for s in seeds), 0.5, files, unit="score"),
         Goal("induction-ablation-repeated", work,
-             "zeroing the named induction head: the repeated half's loss rises", "fp32",
+             "mean-ablating the named induction head: the repeated half's loss rises", "fp32",
              tuple(s["ablation_repeated_rise"] for s in seeds), 1.0, files, unit="nats"),
         Goal("induction-ablation-first", work,
-             "zeroing the named induction head: the first half's loss rises", "fp32",
+             "mean-ablating the named induction head: the first half's loss rises", "fp32",
              tuple(s["ablation_first_rise"] for s in seeds), 0.1, files, unit="nats",
              rule="below"),
     ]  # fmt: skip

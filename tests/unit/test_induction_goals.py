@@ -11,18 +11,28 @@ from benchmarks.report import analysis, verdicts
 
 
 def seed(number: int, phase: int | None, heads: float, rise: float, first: float) -> dict:
+    rises = {}
+    for how in ("zero", "mean"):  # zeroing raises the first half more than the mean does
+        for key, (repeated, first_half) in {
+            "ablation": (rise, first + 0.4 * (how == "zero")),
+            "partner": (3.0, 0.01),
+            "all": (5.0, 0.02),
+        }.items():
+            rises[f"{how}_{key}_repeated_rise"] = repeated
+            rises[f"{how}_{key}_first_rise"] = first_half
     return {
         "seed": number,
         "phase_change_step": phase,
         "layer1_head_prefix_and_copying": heads,
         "layer0_previous_token": 0.8,
+        "induction_head": [1, 1],
+        "previous_token_partner": [0, 0],
+        "pair_k_composition": 0.31,
+        "pair_k_composition_highest": number != 2,
         "ablation_repeated_rise": rise,
         "ablation_first_rise": first,
-        "partner_repeated_rise": 3.0,
-        "partner_first_rise": 0.01,
+        **rises,
         "induction_heads": 2,
-        "induction_heads_repeated_rise": 5.0,
-        "induction_heads_first_rise": 0.02,
     }
 
 
@@ -73,13 +83,24 @@ def test_a_file_of_attempts_with_several_shapes_gets_a_heads_column_and_no_verdi
     monkeypatch.setattr(analysis, "source", lambda name, data, timed: f"Source: {name}")
     text = analysis.induction_repeated("induction-heads-attempts")
     assert text.startswith("| heads × size | seed | updates |")
-    assert "| 2 × 32 | 0 | 2,000 | 2.3 | 400 | 0.69 | 0.80 | +6.79 / +0.01 |" in text
-    assert "| 4 × 32 | 0 | 2,000 | 2.5 | 400 | 0.72 | 0.80 | +0.33 / +0.15 |" in text
+    assert (
+        "| 2 × 32 | 0 | 2,000 | 2.3 | 400 | 0.69 | 0.80 | L1H1 ← L0H0 0.31 ✓ | +6.79 / +0.01 "
+        "| +6.79 / +0.41 | +3.00 / +0.01 | +5.00 / +0.02 (2) |"
+    ) in text
+    assert (
+        "| 4 × 32 | 0 | 2,000 | 2.5 | 400 | 0.72 | 0.80 | L1H1 ← L0H0 0.31 ✓ | +0.33 / +0.15 |"
+        in text
+    )
     assert "in every seed" not in text and text.endswith("Source: induction-heads-attempts")
     single = results(seeds[:1], [run(0, 140.0, n_heads=2)])
     single["goals"].update(
-        phase_change_every_seed=True, heads_every_seed=True, ablation_every_seed=True
+        phase_change_every_seed=True,
+        heads_every_seed=True,
+        ablation_every_seed=True,
+        pair_k_composition_every_seed=False,
     )
     monkeypatch.setattr(bench_report, "load", lambda name: single)
     text = analysis.induction_repeated()
     assert text.startswith("| seed | updates |") and "in every seed (1): **met**" in text
+    assert "K-composition, in every seed (1): **not met**" in text
+    assert "mean-ablating the named induction head raises" in text

@@ -61,30 +61,48 @@ def test_the_phase_change_is_the_first_checkpoint_a_nat_below_the_first_half():
 def test_goals_judge_every_seed_by_the_issue_s_thresholds():
     from benchmarks.record_induction import goals
 
-    def run(seed, prefix, copying, previous, rise, first_rise, phase=500):
+    def rises(repeated, first, zero_first=None):
+        zero = {
+            "repeated_half_rise": repeated,
+            "first_half_rise": first if zero_first is None else zero_first,
+        }
+        return {"zero": zero, "mean": {"repeated_half_rise": repeated, "first_half_rise": first}}
+
+    def run(seed, prefix, copying, previous, rise, first_rise, phase=500, highest=True):
         return {
             "seed": seed,
             "phase_change_step": phase,
             "copying": [[0.0, 0.0], [copying, -1.0]],
             "aiayn_induction": {"induction": [[0.0, 0.0], [prefix, 0.9]],
                                 "previous_token": [[previous, 0.1], [0.0, 0.0]]},
-            "circuit": {"ablations": [  # the head, its partner, both, every induction head
-                {"repeated_half_rise": rise, "first_half_rise": first_rise},
-                {"repeated_half_rise": 3.0, "first_half_rise": 0.01},
-                {"repeated_half_rise": 3.5, "first_half_rise": 0.02},
-                {"heads": [[1, 0], [1, 1]], "repeated_half_rise": 5.0, "first_half_rise": 0.03},
-            ]},
+            "circuit": {
+                "induction_head": [1, 0], "previous_token_partner": [0, 1],
+                "pair_k_composition": 0.3, "pair_k_composition_highest": highest,
+                "ablations": [  # the head, its partner, both, every induction head
+                    rises(rise, first_rise, zero_first=0.45),
+                    rises(3.0, 0.01),
+                    rises(3.5, 0.02),
+                    {"heads": [[1, 0], [1, 1]], **rises(5.0, 0.03)},
+                ],
+            },
         }  # fmt: skip
 
     good = goals([run(0, 0.8, 0.7, 0.9, 2.5, 0.02), run(1, 0.6, 0.5, 0.5, 1.0, 0.09)])
+    assert good["ablation"] == "mean"
     assert good["phase_change_every_seed"] and good["heads_every_seed"]
-    assert good["ablation_every_seed"]
+    # judged on mean ablation: zeroing raised the first half by 0.45, the mean by 0.02
+    assert good["ablation_every_seed"] and good["pair_k_composition_every_seed"]
+    first = good["per_seed"][0]
+    assert (first["ablation_first_rise"], first["zero_ablation_first_rise"]) == (0.02, 0.45)
     # head 1 of layer 1 matches prefixes (0.9) but does not copy (-1): head 0 is the one
-    assert good["per_seed"][0]["layer1_head_prefix_and_copying"] == 0.7
+    assert first["layer1_head_prefix_and_copying"] == 0.7
     # the partner and every induction head are recorded beside the goal's single head
-    assert good["per_seed"][0]["partner_repeated_rise"] == 3.0
-    assert good["per_seed"][0]["induction_heads"] == 2
-    assert good["per_seed"][0]["induction_heads_repeated_rise"] == 5.0
-    bad = goals([run(0, 0.8, 0.4, 0.9, 2.5, 0.02), run(1, 0.8, 0.7, 0.9, 0.9, 0.1, None)])
+    assert first["mean_partner_repeated_rise"] == 3.0
+    assert first["induction_heads"] == 2
+    assert first["mean_all_repeated_rise"] == 5.0
+    bad = goals(
+        [run(0, 0.8, 0.4, 0.9, 2.5, 0.02), run(1, 0.8, 0.7, 0.9, 0.9, 0.1, None, highest=False)]
+    )
     assert not bad["heads_every_seed"]  # copying 0.4 < 0.5
     assert not bad["ablation_every_seed"] and not bad["phase_change_every_seed"]
+    assert not bad["pair_k_composition_every_seed"]
