@@ -49,7 +49,7 @@ class Precision(str, Enum):
     FP32 = "fp32"  # the CPU default
     BF16 = "bf16"  # autocast to bfloat16 (CUDA's default choice; weights stay fp32)
     FP16 = "fp16"  # autocast to float16 with a gradient scaler (CUDA only)
-    AUTO = "auto"  # training only: bf16 where the hardware multiplies bf16 natively, else fp32
+    AUTO = "auto"  # bf16 where timed faster (training: products; --dtype auto: steps), else fp32
     INT8 = "int8"  # inference only, on the CPU: int8 weights, activations quantized per call
 
     @classmethod
