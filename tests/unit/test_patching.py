@@ -17,9 +17,9 @@ from aiayn.analysis.patching import (
     metric_values,
     patch_heads,
     patch_residual,
-    plot_patching,
     run_patched,
 )
+from aiayn.analysis.patching_text import plot_patching
 from aiayn.analysis.viz import AttentionKind
 
 VOCAB = 30

@@ -47,7 +47,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.analysis.heads import plot_head_metric
-from aiayn.analysis.patching import grid_to_json, mean_ablation
+from aiayn.analysis.patching import mean_ablation
+from aiayn.analysis.patching_text import grid_to_json
 from aiayn.analysis.viz import write_png
 from aiayn.data.files import strict_json, write_atomic
 from aiayn.models.decoder_only import DecoderOnly

@@ -141,7 +141,7 @@ def patch(
 ) -> None:
     """Activation patching: the metric with each layer x position of the residual stream
     taken from the clean run into the corrupted one (translation and GPT runs)."""
-    from aiayn.analysis.patching import patch_text, write_patching
+    from aiayn.analysis.patching_text import patch_text, write_patching
     from aiayn.apps.model_use import DECODER_ONLY, ENCODER_DECODER
     from aiayn.data.files import check_output
 
