@@ -78,3 +78,21 @@ def test_train_help_names_every_packaged_recipe():
     )
     for name in names:
         assert name in shown
+
+
+def test_an_exponent_without_a_dot_is_a_number_in_a_recipe_and_an_override(tmp_path):
+    """PyYAML's YAML 1.1 rules read `1e-6` as a string; a recipe reads it as YAML 1.2 does."""
+    from aiayn.training.recipe import load_recipe
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        "data:\n  corpus: data\ntrain:\n  max_steps: 1\n  eps: 1e-6\n  lr_scale: 2E+0\n"
+    )
+    loaded = load_recipe(recipe)
+    assert loaded.train.eps == pytest.approx(1e-6) and isinstance(loaded.train.eps, float)
+    assert loaded.train.lr_scale == 2.0
+    loaded = load_recipe(recipe, ["train.eps=+3e-7", "train.seed=7"])
+    assert loaded.train.eps == pytest.approx(3e-7)
+    assert loaded.train.seed == 7 and isinstance(loaded.train.seed, int)
+    with pytest.raises(ValueError, match="eps"):  # a quoted number stays a string, refused
+        load_recipe(recipe, ["train.eps='1e-6'"])

@@ -16,6 +16,7 @@ limits (`RESUMABLE_KEYS`) may change.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -135,7 +136,7 @@ def recipe_from_dict(
             )
         _check_keys(section, [name], "override")
         try:
-            sections[section][name] = yaml.safe_load(text)
+            sections[section][name] = yaml.load(text, Loader=_UniqueKeyLoader)
         except yaml.YAMLError as err:
             raise ValueError(f"override {item!r}: not a YAML value: {err}") from None
         if key.strip() == "data.corpus":
@@ -204,7 +205,9 @@ class DuplicateKeyError(ValueError):
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key given twice in one mapping."""
+    """PyYAML's safe loader, refusing a key given twice in one mapping, and reading
+    `1e-6` as a number (YAML 1.2), where PyYAML's YAML 1.1 rules ask for a dot (`1.0e-6`)
+    and would give the string "1e-6"."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
@@ -217,6 +220,13 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                 )
             seen[key] = line
         return super().construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
 
 
 def load_recipe(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
