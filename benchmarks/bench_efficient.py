@@ -438,7 +438,7 @@ def plot_positions(record: dict, out: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(figsize=(7, 4))
+    figure, axes = plt.subplots(figsize=(9, 4))
     edges = None
     for kernel, s in record["kernels"].items():
         curve = s["test_bpc_by_position"]
@@ -453,7 +453,7 @@ def plot_positions(record: dict, out: Path) -> Path:
     axes.set_ylabel("test bits per character")
     axes.set_title(f"Bits per character by position: {record['recipe']}")
     axes.grid(alpha=0.3)
-    axes.legend()
+    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the axes, clear of the lines
     figure.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(out, dpi=110)
