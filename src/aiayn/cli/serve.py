@@ -83,7 +83,7 @@ def serve(
     import dataclasses
 
     from aiayn.apps.decoder_choice import Use, default_decoder
-    from aiayn.apps.precision_choice import sample_rows
+    from aiayn.apps.precision_choice import MAX_TIMED_ROWS, sample_rows
     from aiayn.apps.serve import ServeConfig, ServerError, create_app, run_server
     from aiayn.apps.translate import Translator
 
@@ -126,8 +126,8 @@ def serve(
             )
             settings = dataclasses.replace(settings, continuous=chosen.continuous)
         if dtype is Precision.AUTO:  # timed on a full batch of sentences of a usual length
-            sentences = settings.continuous or settings.max_batch
-            rows = sample_rows(translator.model.cfg, sentences)
+            sentences = min(settings.continuous or settings.max_batch, MAX_TIMED_ROWS)
+            rows = sample_rows(translator.model.cfg, sentences)  # the timing cuts them further
             max_tokens = None if settings.continuous else settings.max_tokens
             translator.choose_precision(rows, translator.decode.beam, max_tokens)
         server = create_app(translator, settings, run)
