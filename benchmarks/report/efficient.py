@@ -156,7 +156,11 @@ def efficient_task(name: str) -> str:
         "score {test:.2f} bits per character on test and {valid:.2f} on validation.",
     }
     said_baselines = " ".join(named[key].format(**value) for key, value in baselines.items())
-    seeds = ", ".join(map(str, sorted(next(iter(data["kernels"].values()))["seeds"])))
+    per_kernel = {k: ", ".join(map(str, sorted(s["seeds"]))) for k, s in data["kernels"].items()}
+    if len(set(per_kernel.values())) == 1:
+        seeds = f"seeds {next(iter(per_kernel.values()))} per kernel"
+    else:  # a sweep cut short: say which kernel has which seeds
+        seeds = "seeds " + "; ".join(f"{k} {v}" for k, v in per_kernel.items())
     device = data.get("gpu", data["args"].get("device", ""))
     where = "on the CPU, one thread each" if device == "cpu" else f"on one {device}"
     task = data.get("task", "listops")
@@ -175,7 +179,7 @@ def efficient_task(name: str) -> str:
             f"valid / test {unit}, mean {data['mean_train_tokens']:,.0f} tokens."
         )
     said = (
-        f"{len(data['runs'])} runs, seeds {seeds} per kernel, "
+        f"{len(data['runs'])} runs, {seeds}, "
         f"{min(int(data['args']['parallel']), len(data['runs']))} at a time {where}; "
         f"{about} {said_baselines}"
     )
