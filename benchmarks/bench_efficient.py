@@ -1,10 +1,12 @@
 """Each attention kernel at equal budget on Long Range Arena's kinds of task, built offline:
 ListOps, byte-level text classification (the Bible's genres) and a character-level
-language model at context 2,048.
+language model at context 2,048 on a GPU, or 256 on the CPU at one thread a run.
 
     python -m benchmarks.bench_efficient --task listops --device cuda --data .gpu/listops
     python -m benchmarks.bench_efficient --task bible-genre --device cuda --data .gpu/bible-genre
     python -m benchmarks.bench_efficient --task charlm --device cuda --data .gpu/bible-chars
+    OMP_NUM_THREADS=1 python -m benchmarks.bench_efficient --task charlm-cpu --device cpu \
+        --data data/bible-chars --steps 1200 --parallel 2
 
 Each kernel (sdpa = full attention, sliding_window, bigbird, linear, performer; the
 language model takes the causal ones, so no bigbird) trains the task's recipe (`TASKS`;
@@ -23,8 +25,12 @@ seeds. Beside them, baselines: the most common class (and for ListOps, the class
 common after the root operator, the first token; for the genres, a naive Bayes
 classifier of character 4-grams, which reads the whole text without attention), or a
 unigram model of the characters; and LRA's published ListOps accuracy (Tay et al.
-2021, Table 1). Written to results/efficient-TASK.json (`--results`); every run's log
-stays in --workdir. A data set missing from --data is written first.
+2021, Table 1). A language model's test bits per character are also kept by position
+in the block, in buckets that double in reach (`position_edges`): whether a kernel
+still gains from far context; `--plot PNG` draws them from the results file. Written to
+results/efficient-TASK.json (`--results`); every run's log and result stay in
+--workdir, and `--reuse` reads the runs already there instead of training them again.
+A data set missing from --data is written first.
 """
 
 from __future__ import annotations
