@@ -477,7 +477,8 @@ def recipe_context(recipe: str) -> int:
 
 def launch(args: argparse.Namespace) -> list[dict]:
     """Every (kernel, seed) run as a worker process, --parallel at a time; their records.
-    With --reuse, a run whose result is in --workdir already is read, not run again."""
+    With --reuse, a run whose result is in --workdir already is read, not run again;
+    with --collect too, and the others are left out (a sweep cut short)."""
     jobs = [(k, s) for s in args.seeds for k in args.kernels]
     running: list[tuple[str, int, subprocess.Popen, object]] = []
     records = []
@@ -493,6 +494,9 @@ def launch(args: argparse.Namespace) -> list[dict]:
             if args.reuse and done.is_file():
                 records.append(json.loads(done.read_text(encoding="utf-8")))
                 print(f"reused {kernel} seed {seed}: {done}", flush=True)
+                continue
+            if args.collect:
+                print(f"not run {kernel} seed {seed}: --collect trains nothing", flush=True)
                 continue
             log = (args.workdir / f"{kernel}-seed{seed}.log").open("w", encoding="utf-8")
             command = [*base, "--kernel", kernel, "--seeds", str(seed), *shared]
@@ -540,6 +544,11 @@ def main() -> None:
         help="read the runs whose result.json is in --workdir instead of running them again",
     )
     parser.add_argument(
+        "--collect",
+        action="store_true",
+        help="--reuse and train nothing: write the results of the runs finished in --workdir",
+    )
+    parser.add_argument(
         "--plot",
         type=Path,
         default=None,
@@ -549,6 +558,7 @@ def main() -> None:
     parser.add_argument("--kernel", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.seeds = [int(s) for s in args.seeds.split(",")]
+    args.reuse = args.reuse or args.collect
     args.results = args.results or f"efficient-{args.task}"
     if args.plot is not None:
         record = json.loads((common.RESULTS / f"{args.results}.json").read_text("utf-8"))
@@ -629,7 +639,7 @@ def main() -> None:
     print(common.table([*headers, "peak MiB"], rows))
     print(f"baselines: {payload['baselines']}")
     print(f"written {common.write_json(args.results, payload)}")
-    if len(runs) < len(args.kernels) * len(args.seeds):
+    if len(runs) < len(args.kernels) * len(args.seeds) and not args.collect:
         sys.exit("some runs failed: see their logs in the work directory")
 
 
