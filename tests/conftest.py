@@ -11,6 +11,12 @@ import torch
 
 torch.set_num_threads(1)
 
+# `aiayn translate` and `aiayn serve` decode in float32 here, in this process and in every
+# command a test starts: their default, `--dtype auto`, would time bfloat16 against
+# float32 on the CPU at hand and could take either (a busy machine times noise), while
+# tests compare their outputs with float32's. Tests of auto itself unset it.
+os.environ["AIAYN_DTYPE"] = "float32"
+
 # The skips that CI=true lets stand, by a phrase of their reason, each with why CI cannot
 # run that test. Everything else CI must run: the Bible's SWORD modules, Chromium and
 # Selenium, transformers, a wheel build, a tmpfs mount (CI runs as root) are all installed

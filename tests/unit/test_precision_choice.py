@@ -180,8 +180,9 @@ def test_the_real_timing_gives_a_ratio(run: Path, monkeypatch: pytest.MonkeyPatc
 
 
 def test_cli_translate_times_by_default_and_not_with_a_dtype_given(
-    run: Path, timed: FakeTiming, tmp_path: Path
+    run: Path, timed: FakeTiming, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("AIAYN_DTYPE")  # tests/conftest.py's float32 for every other test
     texts = sentences(12, seed=6)
     source = tmp_path / "in.txt"
     source.write_text("\n".join(texts) + "\n", encoding="utf-8")
@@ -205,6 +206,11 @@ def test_cli_translate_times_by_default_and_not_with_a_dtype_given(
     result = CliRunner().invoke(app, [*args[:-1], "4"])
     assert result.exit_code == 0, result.output
     assert timed.calls[-1]["src"].shape[0] == 4
+    # AIAYN_DTYPE sets the default: given, not timed
+    monkeypatch.setenv("AIAYN_DTYPE", "bfloat16")
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == outputs[torch.bfloat16] and len(timed.calls) == 3
 
 
 def test_cli_serve_times_a_full_batch_and_reports_the_choice(
@@ -218,6 +224,7 @@ def test_cli_serve_times_a_full_batch_and_reports_the_choice(
 
     monkeypatch.setattr(aiayn.apps.serve, "create_app", fake_app)
     monkeypatch.setattr(aiayn.apps.serve, "run_server", lambda *args: None)
+    monkeypatch.delenv("AIAYN_DTYPE")  # tests/conftest.py's float32 for every other test
     timed.ratio = 3.0
     args = ["serve", str(run), "--continuous", "0", "--max-batch", "8", "--max-tokens", "4096"]
     result = CliRunner().invoke(app, args)

@@ -152,9 +152,11 @@ AutoPrecisionOpt = Annotated[
         parser=_precision_parser(_AUTO_DTYPES),
         metavar="[" + "|".join(_AUTO_DTYPES) + "]",
         show_default="auto",
+        envvar="AIAYN_DTYPE",
         help="Model precision. auto: int8 for the weights of `convert marian --dtype int8`, "
         "else float32 or bfloat16, whichever decodes this model faster here (a few steps "
-        "timed at load; bfloat16 only if clearly faster: aiayn.apps.precision_choice).",
+        "timed at load; bfloat16 only if clearly faster: aiayn.apps.precision_choice). "
+        "AIAYN_DTYPE in the environment sets the default (a deployment, a test suite).",
     ),
 ]
 TokenizerOpt = Annotated[
