@@ -22,7 +22,9 @@ ENGINES = [
 pytestmark = pytest.mark.skipif(not ENGINES, reason="PyTorch built without an int8 CPU engine")
 
 
-def hand_quantized_product(x: torch.Tensor, weight: torch.Tensor, bias, relu: bool):
+def hand_quantized_product(
+    x: torch.Tensor, weight: torch.Tensor, bias, relu: bool, levels: int = 255
+):
     """y = x W^T + b as `Int8Linear` computes it, by hand, in float64 and int64:
 
     - W per output channel, symmetric: w_o = max_i |W_oi| / 127, Wq = round(W / w_o);
@@ -33,6 +35,9 @@ def hand_quantized_product(x: torch.Tensor, weight: torch.Tensor, bias, relu: bo
       tie 127.5 in exact arithmetic; the float32 step puts it at 127, as the kernel);
     - the integer product (xq - z) Wq^T, exact in int64 (the kernel's int32 holds it);
     - rescaled: s w_o r_t, plus the bias, then ReLU.
+
+    `levels` 127 instead of 255 is the 7-bit grid of `reduce_range`, where the engine's
+    sums of pairs would saturate 16 bits (`Int8Linear.reduce_range`).
     """
     w_scale = weight.double().abs().amax(dim=1) / 127  # (out,)
     w_q = torch.round(weight.double() / w_scale[:, None]).clamp(-127, 127).long()
@@ -40,9 +45,9 @@ def hand_quantized_product(x: torch.Tensor, weight: torch.Tensor, bias, relu: bo
     r = rows.abs().amax(dim=1, keepdim=True)  # (rows, 1)
     normed = rows / r
     low, high = min(normed.min().item(), 0.0), max(normed.max().item(), 0.0)
-    step = torch.tensor(high - low, dtype=torch.float32).div(255).item()
+    step = torch.tensor(high - low, dtype=torch.float32).div(levels).item()
     zero = round(-low / step)
-    x_q = (torch.round(normed / step) + zero).clamp(0, 255).long()
+    x_q = (torch.round(normed / step) + zero).clamp(0, levels).long()
     y = ((x_q - zero) @ w_q.t()).double() * step * w_scale[None, :] * r  # integer product
     y = y if bias is None else y + bias.double()
     y = y.relu() if relu else y
@@ -98,7 +103,8 @@ def test_every_int8_product_equals_the_hand_quantized_one(engine, monkeypatch):
         x = torch.randn(5, weight.size(1), generator=generator) * sizes
         with torch.no_grad():
             got = product(x).double()
-        expected = hand_quantized_product(x, weight, bias, product.relu)
+        levels = 127 if product.reduce_range else 255
+        expected = hand_quantized_product(x, weight, bias, product.relu, levels)
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-4)
         in_float = torch.nn.functional.linear(x, weight, bias).double()
         in_float = in_float.relu() if product.relu else in_float

@@ -14,6 +14,7 @@ Shape legend: N rows (tokens), I input features, O output features.
 from __future__ import annotations
 
 import contextlib
+import os
 import warnings
 from collections.abc import Iterator
 
@@ -179,7 +180,7 @@ class Int8Linear(nn.Module):
         self.engine = int8_engine(engine)
         # oneDNN's fused ReLU is wrong for a single row (torch 2.13): ReLU apart there
         self.fused_relu = relu and self.engine != "onednn" and not per_token
-        self.reduce_range = not torch.cpu._is_vnni_supported()  # fbgemm saturates without VNNI
+        self.reduce_range = _sums_saturate(self.engine)
         scale = int8_scales(weight).double()
         zero = torch.zeros(self.out_features, dtype=torch.long)
         bias = None if bias is None else bias.detach().float().clone()
@@ -280,6 +281,19 @@ def _quantized_engines() -> list[str]:
     if not hasattr(torch.ops.quantized, "linear_dynamic"):
         return []
     return list(torch.backends.quantized.supported_engines)
+
+
+def _sums_saturate(engine: str) -> bool:
+    """Whether `engine`'s u8 x s8 products add pairs in 16 bits and saturate there: on a
+    CPU without VNNI (fbgemm's and oneDNN's AVX2 kernels), and in oneDNN wherever
+    ONEDNN_MAX_CPU_ISA caps it below VNNI (as the portability audit's AVX2 kernel set
+    does on a VNNI CPU). Activations then take 7 bits (`reduce_range`), which keeps every
+    pair's sum in range."""
+    if not torch.cpu._is_vnni_supported():
+        return True
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper()
+    vnni = cap in ("ALL", "DEFAULT") or any(k in cap for k in ("VNNI", "BF16", "FP16", "AMX"))
+    return engine == "onednn" and not vnni
 
 
 def int8_engine(wanted: str | None = None) -> str:
