@@ -106,6 +106,13 @@ def main() -> None:
     path = common.write_json(
         "attention-paths",
         {
+            "measures": [
+                {
+                    "system": "aiayn.nn.kernels.sdpa.attend's explicit path against SDPA's",
+                    "cell": "a CPU training step's shapes, forward + backward",
+                    "harness": "bench_attention_paths",
+                }
+            ],
             "args": {k: str(v) for k, v in vars(args).items()},
             "method": (
                 "both paths of aiayn.nn.kernels.sdpa.attend in one process, taking turns call "

@@ -190,6 +190,13 @@ def main() -> None:
     achieved = flops / seconds / 1e9
     peaks = peaks_reached(achieved)
     payload = {
+        "measures": [
+            {
+                "system": "aiayn's quickstart training step by op kind, " + trainer.precision.value,
+                "cell": "the quickstart recipe and corpus, this project's 2-core CPU",
+                "harness": f"profile_train, {args.steps} steps after {args.warmup}",
+            }
+        ],
         "recipe": args.recipe.name,
         "overrides": args.overrides,
         "threads": args.threads,
