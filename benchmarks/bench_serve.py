@@ -56,6 +56,9 @@ class ServerProcess:
         command = [sys.executable, "-m", "aiayn", "serve", str(run), "--port", str(self.port)]
         command += ["--no-access-log", "--threads", str(threads), *options]
         env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+        # float32 unless the system's options say otherwise (--dtype): settings fixed before
+        # the run, not `--dtype auto`'s timing (issue 41), which may pick bf16 run to run
+        env.setdefault("AIAYN_DTYPE", "float32")
         self.process = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
         limit = time.monotonic() + 120
         while time.monotonic() < limit:

@@ -52,6 +52,9 @@ def translate(run: Path, source: Path, out: Path, system: str, args, threads: in
     command += options(system)
     # one process at a time, each exited before the next starts: no wait policy forced
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    # float32 unless the system's options say otherwise (--dtype): settings fixed before
+    # the run, not `--dtype auto`'s timing (issue 41), which may pick bf16 run to run
+    env.setdefault("AIAYN_DTYPE", "float32")
     began = time.perf_counter()
     subprocess.run(command, env=env, check=True, stderr=subprocess.DEVNULL)
     return time.perf_counter() - began
