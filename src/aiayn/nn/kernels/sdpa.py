@@ -134,8 +134,8 @@ def explicit_is_faster(q: Tensor, k: Tensor) -> bool:
     `EXPLICIT_MAX_SCORES` scores per head: there PyTorch's fused CPU kernels spend more
     on blocking than short sequences need (in bfloat16 they are slower than in float32,
     `_float32_under_cpu_autocast`), while the formula written out is three batched
-    products and a softmax. Inference keeps SDPA, whose outputs the decoders' tests and
-    exports compare bit for bit.
+    products and a softmax. Inference (no gradients) keeps SDPA, as it was measured
+    and tested before this rule.
 
     Args:
         q: (B, H, T, Dk) queries.
