@@ -41,7 +41,7 @@ def english_pages() -> list[Path]:
 
 # A page whose code trains (a backward pass, an optimizer step, a recipe trained) shows
 # results that depend on the CPU's float sums: marked `trains`, it runs a second time under
-# another kernel set in `make test` (Makefile, AVX2_KERNELS).
+# another CPU's kernels in `make test` (Makefile, tests/variants/kernels.py).
 TRAINS = re.compile(r"\.backward\(|\.step\(\)|train_from_recipe\(")
 
 

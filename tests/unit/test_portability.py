@@ -76,10 +76,21 @@ def _python(code: str, **env: str) -> str:
 @pytest.mark.skipif(
     "avx2" not in Path("/proc/cpuinfo").read_text(), reason="needs an x86-64 CPU with AVX2"
 )
-def test_the_second_kernel_set_takes_effect():
-    """make test's second pass (Makefile, AVX2_KERNELS) really runs PyTorch's AVX2 kernels."""
-    code = "import torch; print(torch.backends.cpu.get_cpu_capability())"
-    assert _python(code, ATEN_CPU_CAPABILITY="avx2", ONEDNN_MAX_CPU_ISA="AVX2") == "AVX2"
+def test_the_second_kernel_set_takes_effect_and_changes_float_sums():
+    """make test's second pass (Makefile, tests/variants/kernels.py) really runs other
+    kernels than this CPU's own, and they sum floats in another order."""
+    listed = subprocess.run(
+        [sys.executable, str(VARIANTS / "kernels.py")], capture_output=True, text=True, check=True
+    ).stdout.split()
+    other = dict(pair.split("=", 1) for pair in listed)
+    assert other["ATEN_CPU_CAPABILITY"] in ("avx2", "default") and "ONEDNN_MAX_CPU_ISA" in other
+    code = (
+        "import torch; torch.manual_seed(0); x = torch.randn(64, 4096); "
+        "print(torch.backends.cpu.get_cpu_capability(), x.sum(1).tolist())"
+    )
+    native, elsewhere = _python(code), _python(code, **other)
+    assert elsewhere.split()[0] == other["ATEN_CPU_CAPABILITY"].upper() != native.split()[0]
+    assert elsewhere.split(maxsplit=1)[1] != native.split(maxsplit=1)[1]  # other sums
 
 
 def test_a_seed_shift_runs_every_seed_as_seed_plus_the_shift():

@@ -5,8 +5,8 @@
 Runs pytest once per (kernel set, seed shift) on the tests marked `trains` (or on the
 pytest arguments given), each run in its own process, one after the other, and prints a
 table: one row per test, one column per variant, pass or FAIL. The kernel sets are this
-CPU's own ("native") and `KERNELS["avx2"]`, which makes PyTorch and oneDNN take their
-AVX2 kernels: other SIMD widths, other summation orders, as on another CPU. A seed
+CPU's own ("native") and another CPU's ("other", tests/variants/kernels.py): PyTorch's
+and oneDNN's kernels of another SIMD width, other summation orders, as on another CPU. A seed
 shift k runs every seed a test sets as seed + k (tests/variants/sitecustomize.py).
 """
 
@@ -20,12 +20,11 @@ import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from kernels import other_kernels
+
 ROOT = Path(__file__).resolve().parents[2]
 VARIANTS = Path(__file__).resolve().parent
-KERNELS = {
-    "native": {},
-    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
-}
+KERNELS = {"native": {}, "other": other_kernels()}
 
 
 def run_variant(kernels: str, shift: int, pytest_args: list[str], junit: Path) -> None:
