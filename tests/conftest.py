@@ -32,6 +32,19 @@ CI_ALLOWED_SKIPS = {
 }
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules that hold long tests (marked `slow` or `trains`) first, each whole (its
+    module-scoped fixtures are built once), in their order: pytest-xdist hands them out
+    while the short ones still fill both workers, instead of one worker running a
+    minute-long tutorial alone at the end."""
+
+    def long(item: pytest.Item) -> bool:
+        return any(item.get_closest_marker(name) for name in ("slow", "trains"))
+
+    modules_first = {item.path for item in items if long(item)}
+    items.sort(key=lambda item: item.path not in modules_first)
+
+
 @pytest.fixture(autouse=True)
 def _seed() -> None:
     torch.manual_seed(0)

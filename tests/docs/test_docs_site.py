@@ -47,6 +47,7 @@ def text_of(page: Path) -> str:
     return re.sub(r"<[^>]+>", " ", page.read_text(encoding="utf-8"))
 
 
+@pytest.mark.slow
 def test_the_site_builds_strict_in_english_and_korean(site):
     assert (site / "index.html").is_file()
     korean = (site / "ko" / "index.html").read_text(encoding="utf-8")

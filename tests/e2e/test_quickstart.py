@@ -71,6 +71,7 @@ def test_default_recipes_exist():
     assert default_recipe("cuda").is_file()
 
 
+@pytest.mark.slow
 @needs_sword
 def test_quickstart_tiny_end_to_end_and_resume(tmp_path):
     recipe = tmp_path / "tiny.yaml"

@@ -97,6 +97,7 @@ REAL = Path("/usr/share/sword/mods.d")
     not all((REAL / f"{m}.conf").is_file() for m in ("engWEB2015eb", "spaRV1909eb")),
     reason="Debian SWORD modules absent: sudo apt-get install sword-text-web sword-text-sparv",
 )
+@pytest.mark.slow
 def test_prepare_bible_real_modules_and_padding(tmp_path):
     out = tmp_path / "bible"
     result = runner.invoke(app, ["prepare", "bible", "--out", str(out)])
