@@ -341,8 +341,15 @@ def main() -> None:
         common.table(["slots", "system", "ms/step", "outside GEMM ms", "compile s", "error"], rows)
     )
     if not args.quick:
+        measures = {
+            "system": f"one decoding step in {args.dtype}, systems {args.systems}",
+            "cell": f"random {'Marian ' if args.marian else ''}{args.size}, {args.slots} slots, "
+            f"{args.threads} thread(s), {common.machine()}",
+            "harness": f"bench_static_step, {args.rounds} rounds in turns",
+        }
         path = common.write_json(
-            args.results, {"args": vars(args), "load_printed": load, "results": records}
+            args.results,
+            {"measures": measures, "args": vars(args), "load_printed": load, "results": records},
         )
         print(f"\nwritten {path}")
 
