@@ -82,7 +82,10 @@ def attend(
     has_key = None
     if mask is not None:
         has_key = mask.any(dim=-1, keepdim=True)  # (.., T, 1)
-        mask = mask | ~has_key
+        if _every_row_has_a_key(has_key):
+            has_key = None  # the common case: no pass over the scores or outputs for it
+        else:
+            mask = mask | ~has_key
     scores_mask = mask
     if bias is not None:
         if bias.dtype != q.dtype:  # (a cast to the same dtype is still a call)
@@ -148,6 +151,18 @@ def explicit_is_faster(q: Tensor, k: Tensor) -> bool:
         return False
     limit = EXPLICIT_MAX_SCORES.get(q.dtype, 0)
     return q.size(-2) * k.size(-2) <= limit
+
+
+def _every_row_has_a_key(has_key: Tensor) -> bool:
+    """Whether every query may attend some key, read eagerly (a few bools: microseconds).
+
+    Almost always true (a row with no key is a fully padded one), and then the masking of
+    rows without keys, a pass over the (B, H, T, S) weights, is skipped. A graph being
+    compiled or exported cannot branch on a value: there the masking always runs.
+    """
+    if torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return False
+    return bool(has_key.all())
 
 
 def _float32_under_cpu_autocast(q: Tensor) -> bool:
