@@ -35,6 +35,14 @@ from benchmarks.bench_quality import SETTINGS, translate_both, translator
 DEFAULT_SETTINGS = ("fp32", "bf16", "int8", "int8-layers", "int8-all")
 
 
+def seeds(runs: list[dict]) -> str:
+    """The runs' seeds for the measures record: "0 to 2", or "0, 3"."""
+    numbers = sorted(r["seed"] for r in runs if r.get("seed") is not None)
+    if len(numbers) > 2 and numbers == list(range(numbers[0], numbers[-1] + 1)):
+        return f"{numbers[0]} to {numbers[-1]}"
+    return ", ".join(map(str, numbers)) or "not recorded"
+
+
 def run_seed(run: Path) -> int | None:
     """The training seed a quickstart run recorded (None when it did not finish)."""
     results = run / "results.json"
@@ -117,6 +125,13 @@ def main() -> None:
     path = common.write_json(
         args.name,
         {
+            "measures": [
+                {
+                    "system": "each inference precision's BLEU against fp32, paired bootstrap",
+                    "cell": f"the quickstart recipe's seeds {seeds(runs)}, {args.split} verses",
+                    "harness": "bench_quality_seeds",
+                }
+            ],
             "args": {**vars(args), "runs": [str(r) for r in args.runs]},
             "split": args.split,
             "beam": args.beam,

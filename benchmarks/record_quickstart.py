@@ -28,6 +28,19 @@ from benchmarks import common
 NAME_PREFIX = "quickstart-"
 
 
+def measured(results: dict[str, Any]) -> dict[str, str]:
+    """The file's `measures` record (the report's system, cell and harness) for a run."""
+    version = (results.get("recipe_sha256") or "")[:8] or "not recorded"
+    cell = f"{Path(results['recipe']).name} version {version}, {results['minutes']:g} minutes"
+    cell += f", seed {results['seed']}, {results['device']}"
+    cell += "".join(f", {override}" for override in results.get("overrides", []))
+    return {
+        "system": "aiayn quickstart: test BLEU and chrF after training",
+        "cell": cell,
+        "harness": "record_quickstart",
+    }
+
+
 def quickstart_command(results: dict[str, Any]) -> str:
     """The `aiayn quickstart` line that made a run, from its results.json."""
     args = ["aiayn", "quickstart", "--minutes", f"{results['minutes']:g}"]
@@ -66,6 +79,7 @@ def record(run_out: Path, name: str, command: str | None = None) -> Path:
     if missing:
         raise ValueError(f"{path} has no {', '.join(missing)}: rerun it with this version")
     data = {**common.provenance(), "command": command or quickstart_command(results)}
+    data["measures"] = [measured(results)]
     # The run ended before this script started: its date is the run's own, and the load
     # now says nothing of the load it ran under.
     del data["date"], data["load_average"], data["load"]

@@ -223,6 +223,9 @@ def quickstart_reference() -> dict[str, Any]:
                 "seeds": [r["seed"] for r, _ in runs],
                 "bleu": [r["bleu"] for r, _ in runs],
                 "chrf": [r["chrf"] for r, _ in runs],
+                "decode_dtypes": [
+                    r.get("decode_precision", {}).get("chosen", "float32") for r, _ in runs
+                ],  # the type each run's test set was decoded in (float32 before --dtype auto)
                 "files": [f"benchmarks/results/{name}.json" for _, name in runs],
             }
         )

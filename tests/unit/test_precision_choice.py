@@ -281,3 +281,13 @@ def test_the_reference_note_says_when_the_test_set_was_decoded_otherwise() -> No
     assert both.endswith(f"; and {same_cpu}") and "\n" not in both
     assert other_machine_line(reference, other, "float32") == other_machine_line(reference, other)
     assert "bfloat16" not in other_machine_line(reference, other)
+    # references that say what they decoded in: bfloat16 runs, or a mix
+    newer = {**reference, "decode_dtypes": ["bfloat16", "bfloat16"]}
+    assert other_machine_line(newer, here, "bfloat16") is None
+    assert other_machine_line(newer, here, "float32").startswith(
+        "the references decoded the test set in bfloat16, this run in float32"
+    )
+    mixed = {**reference, "decode_dtypes": ["float32", "bfloat16"]}
+    assert "in bfloat16 and float32, this run in bfloat16" in other_machine_line(
+        mixed, here, "bfloat16"
+    )

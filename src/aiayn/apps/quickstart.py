@@ -497,7 +497,8 @@ def this_machine(device: str) -> str:
 
 
 REFERENCE_DTYPE = "float32"
-"""The type the recorded references decoded their test sets in (before `--dtype auto`)."""
+"""The type a recorded reference decoded its test set in where it does not say (runs
+recorded before `--dtype auto`); newer ones list theirs (`decode_dtypes`)."""
 
 
 def other_machine_line(
@@ -514,11 +515,12 @@ def other_machine_line(
     if reference is None:
         return None
     other_cpu = reference.get("machine") not in (None, here)
-    other_dtype = dtype != REFERENCE_DTYPE
+    theirs = sorted(set(reference.get("decode_dtypes") or [REFERENCE_DTYPE]))
+    other_dtype = theirs != [dtype]
     if not other_cpu and not other_dtype:
         return None
     decoded = (
-        f"the references decoded the test set in {REFERENCE_DTYPE}, this run in {dtype} "
+        f"the references decoded the test set in {' and '.join(theirs)}, this run in {dtype} "
         "(timed faster here): some translations change, and BLEU with them by a few tenths"
     )
     if not other_cpu:

@@ -60,6 +60,7 @@ from torch import Tensor, nn
 
 from aiayn.config import ModelConfig
 from aiayn.inference.decoding import new_cache
+from aiayn.inference.frozen_products import Int8Linear
 from aiayn.inference.scoring import normalised
 from aiayn.inference.slot_attention import (
     SlotAttention,
@@ -74,6 +75,19 @@ from aiayn.nn.kernels import KERNELS, SlotSpan
 from aiayn.nn.positions.rotary import RotaryPositions
 
 log = logging.getLogger(__name__)
+
+
+def has_slow_int8_products(model: nn.Module) -> bool:
+    """Whether a compiled step of `model` would multiply in int8 without VNNI.
+
+    A compiled step multiplies its `Int8Linear` weights by `torch._int_mm`
+    (`int8_product`), whose CPU kernel is fast only with VNNI: on an AVX2-only EPYC
+    a 32-row step of the small shape took 218 ms compiled against 13.7 eager
+    (`benchmarks/results/step-small-int8.json`). `StaticStep.compile` warns there.
+    """
+    return not torch.cpu._is_vnni_supported() and any(
+        isinstance(module, Int8Linear) for module in model.modules()
+    )
 
 
 class StaticStep:
@@ -396,6 +410,12 @@ class StaticStep:
         Returns:
             Seconds the compilation and warm-up took (also `compile_seconds`).
         """
+        if has_slow_int8_products(self.model):
+            log.warning(
+                "compiling int8 products on a CPU without VNNI: torch._int_mm has no fast "
+                "kernel here, and the eager step is several times faster "
+                "(benchmarks/results/step-small-int8.json)"
+            )
         self.attention.unpack(self.model)
         self.trim = False  # fixed shapes, compiled once
         eager = self._log_probs if log_probs else self._logits
