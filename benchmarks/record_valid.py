@@ -106,6 +106,12 @@ def record_run(run: Path, searches: list[tuple[int, float]], limit: int | None) 
     }
 
 
+def minutes(runs: list[dict[str, Any]]) -> str:
+    """The runs' training minutes for the measures record: "15 minutes", "15 to 30 minutes"."""
+    low, high = min(r["minutes"] for r in runs), max(r["minutes"] for r in runs)
+    return f"{low:g} minutes" if low == high else f"{low:g} to {high:g} minutes"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", type=Path, nargs="+", help="`aiayn quickstart --out` directories")
@@ -124,6 +130,13 @@ def main() -> None:
     path = common.write_json(
         args.name,
         {
+            "measures": [
+                {
+                    "system": "the quickstart recipe and its variants: valid loss and BLEU per search",
+                    "cell": f"seeds and variants of {minutes(runs)} each, valid split",
+                    "harness": "record_valid",
+                }
+            ],
             "args": {**vars(args), "runs": [str(r) for r in args.runs]},
             "split": "valid",
             "note": args.note,

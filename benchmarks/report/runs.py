@@ -30,9 +30,9 @@ def median_span(values: list[float]) -> str:
     return f"{values[0]:.2f}" if len(values) == 1 else median_range(values)
 
 
-def valid_variants() -> str:
+def valid_variants(name: str = "valid-sweep") -> str:
     """Recipe variants against the recipe, on the valid split, at the quickstart's decoding."""
-    data = report.load("valid-sweep")
+    data = report.load(name)
     groups = valid_runs(data)
     lines = []
     for overrides, runs in sorted(groups.items(), key=lambda item: len(item[0])):
@@ -64,9 +64,7 @@ def valid_variants() -> str:
         "median (range) over the seeds where there are several. "
         f"{runs[0]['minutes']:g} minutes of training each. " + data.get("note", "")
     )
-    return "\n\n".join(
-        [table(headers, lines, left=2), notes, source("valid-sweep", data, timed=False)]
-    )
+    return "\n\n".join([table(headers, lines, left=2), notes, source(name, data, timed=False)])
 
 
 def valid_searches() -> str:

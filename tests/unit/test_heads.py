@@ -97,15 +97,17 @@ def test_a_previous_token_head_and_a_next_token_head_score_one_at_their_offsets(
     head 1 at the next real one; padding queries (which the kernels send elsewhere) and
     queries with no key at that offset do not count."""
     model = tiny_model()
+    # Each kernel edits a copy of attend's weights: the returned weights may be the softmax's
+    # own output, which autograd keeps for the backward pass (an in-place edit breaks it).
 
     def previous_token(q, k, v, mask, causal, dropout_p, need_weights, bias):
-        _, weights = attend(q, k, v, mask, causal, dropout_p, True, bias)
+        weights = attend(q, k, v, mask, causal, dropout_p, True, bias)[1].clone()
         t = torch.arange(q.size(-2))
         weights[:, 0] = F.one_hot((t - 1).clamp_min(0), k.size(-2)).to(q.dtype)
         return weights @ v, weights if need_weights else None
 
     def next_token(q, k, v, mask, causal, dropout_p, need_weights, bias):
-        _, weights = attend(q, k, v, mask, causal, dropout_p, True, bias)
+        weights = attend(q, k, v, mask, causal, dropout_p, True, bias)[1].clone()
         last = mask[:, 0, 0, :].sum(-1, keepdim=True) - 1  # (B, 1) the last real key (eos)
         target = torch.minimum(torch.arange(q.size(-2))[None, :] + 1, last)  # (B, T)
         weights[:, 1] = F.one_hot(target, k.size(-2)).to(q.dtype)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+from benchmarks import record_valid
 from benchmarks import report as bench_report
 from benchmarks.bench_quality_seeds import seeds
 from benchmarks.record_quickstart import measured
@@ -82,3 +83,5 @@ def test_the_writers_give_each_record_its_measures_line():
     assert seeds([{"seed": 2}, {"seed": 0}, {"seed": 1}]) == "0 to 2"
     assert seeds([{"seed": 0}, {"seed": 3}]) == "0, 3"
     assert seeds([{"seed": None}]) == "not recorded"
+    assert record_valid.minutes([{"minutes": 15.0}, {"minutes": 15.0}]) == "15 minutes"
+    assert record_valid.minutes([{"minutes": 15.0}, {"minutes": 30.0}]) == "15 to 30 minutes"

@@ -51,7 +51,8 @@ def attend(
         causal: also forbid keys after each query; with T < S the queries are the
             last T positions (the earlier keys come from a cache).
         dropout_p: dropout on the attention weights.
-        need_weights: take the explicit path and return the weights.
+        need_weights: take the explicit path and return the weights (they may be the
+            softmax's own output, kept for the backward pass: edit a copy, not them).
         bias: float, broadcastable to (B, H, T, S), added to the scaled scores
             (relative-position biases, ALiBi).
 
