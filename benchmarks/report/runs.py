@@ -8,6 +8,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from aiayn.apps.quickstart import REFERENCE_DTYPE
 from benchmarks import report
 from benchmarks.report import median_range, number, source, table
 
@@ -222,7 +223,7 @@ def quickstart_reference() -> dict[str, Any]:
                 "bleu": [r["bleu"] for r, _ in runs],
                 "chrf": [r["chrf"] for r, _ in runs],
                 "decode_dtypes": [
-                    r.get("decode_precision", {}).get("chosen", "float32") for r, _ in runs
+                    r.get("decode_precision", {}).get("chosen", REFERENCE_DTYPE) for r, _ in runs
                 ],  # the type each run's test set was decoded in (float32 before --dtype auto)
                 "files": [f"benchmarks/results/{name}.json" for _, name in runs],
             }
