@@ -285,6 +285,7 @@ from benchmarks.report.pages import (  # noqa: E402, F401
     updated,
 )
 from benchmarks.report.runs import (  # noqa: E402, F401
+    group_label,
     has_quickstart_runs,
     median_span,
     quickstart,

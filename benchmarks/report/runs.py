@@ -12,13 +12,25 @@ from aiayn.apps.quickstart import REFERENCE_DTYPE
 from benchmarks import report
 from benchmarks.report import median_range, number, source, table
 
+ValidGroup = tuple[str, tuple[str, ...]]  # (the recipe file's digest, its overrides)
 
-def valid_runs(data: dict[str, Any]) -> dict[tuple[str, ...], list[dict[str, Any]]]:
-    """The runs of a valid sweep, grouped by their recipe overrides (() is the recipe)."""
-    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+
+def valid_runs(data: dict[str, Any]) -> dict[ValidGroup, list[dict[str, Any]]]:
+    """The runs of a valid sweep, grouped by the recipe's version (its file's digest) and
+    overrides; a run with no overrides is that version of the recipe itself."""
+    groups: dict[ValidGroup, list[dict[str, Any]]] = {}
     for run in data["runs"]:
-        groups.setdefault(tuple(run["overrides"]), []).append(run)
+        key = (run.get("recipe_sha256") or "", tuple(run["overrides"]))
+        groups.setdefault(key, []).append(run)
     return groups
+
+
+def group_label(group: ValidGroup, versions: int) -> str:
+    """'the recipe', or its overrides; with the version's digest where a sweep compares
+    several versions of the recipe file."""
+    digest, overrides = group
+    label = "the recipe" if not overrides else ", ".join(f"`{o}`" for o in overrides)
+    return f"{label}, version {digest[:8]}" if versions > 1 else label
 
 
 def valid_bleu(run: dict[str, Any], beam: int, alpha: float) -> float | None:
@@ -35,12 +47,12 @@ def valid_variants(name: str = "valid-sweep") -> str:
     """Recipe variants against the recipe, on the valid split, at the quickstart's decoding."""
     data = report.load(name)
     groups = valid_runs(data)
+    versions = len({digest for digest, _ in groups})
     lines = []
-    for overrides, runs in sorted(groups.items(), key=lambda item: len(item[0])):
-        label = "the recipe" if not overrides else ", ".join(f"`{o}`" for o in overrides)
+    for group, runs in sorted(groups.items(), key=lambda item: len(item[0][1])):
         lines.append(
             [
-                label,
+                group_label(group, versions),
                 ", ".join(str(r["seed"]) for r in runs),
                 f"{statistics.median(r['parameters'] for r in runs) / 1e6:.1f}M",
                 f"{statistics.median(r['steps'] for r in runs):,.0f}",
@@ -71,7 +83,7 @@ def valid_variants(name: str = "valid-sweep") -> str:
 def valid_searches() -> str:
     """Valid BLEU of the recipe's runs under each beam and length penalty."""
     data = report.load("valid-sweep")
-    runs = valid_runs(data).get((), [])
+    runs = [run for run in data["runs"] if not run["overrides"]]
     searches = [(s["beam"], s["alpha"]) for s in runs[0]["searches"]] if runs else []
     lines = []
     for beam, alpha in searches:
