@@ -3,12 +3,11 @@ valid-split sweeps and the training step's profile."""
 
 from __future__ import annotations
 
-import hashlib
 import statistics
 from pathlib import Path
 from typing import Any
 
-from aiayn.apps.quickstart import REFERENCE_DTYPE
+from aiayn.apps.quickstart import REFERENCE_DTYPE, recipe_digest
 from benchmarks import report
 from benchmarks.report import median_range, number, source, table
 
@@ -151,10 +150,9 @@ def quickstart_groups() -> dict[QuickstartKey, list[tuple[str, dict[str, Any]]]]
 
 
 def packaged_digest(name: str) -> str | None:
-    """The packaged recipe NAME's version now, as `aiayn.apps.quickstart.recipe_digest` writes
-    it (the first 12 hex digits of the file's SHA-256); None if no such recipe is packaged."""
-    path = report.ROOT / "src" / "aiayn" / "config" / "recipes" / name
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:12] if path.is_file() else None
+    """The packaged recipe NAME's version now (`aiayn.apps.quickstart.recipe_digest`: the
+    first 12 hex digits of the file's SHA-256); None if no such recipe is packaged."""
+    return recipe_digest(report.ROOT / "src" / "aiayn" / "config" / "recipes" / name)
 
 
 def version_label(name: str, digest: str) -> str:
