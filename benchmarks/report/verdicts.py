@@ -387,8 +387,11 @@ def other_goals() -> list[Goal]:
         and key[1]
         and key[1] == packaged_digest(key[0])
     ]  # (recipe, digest, minutes, device, machine, overrides, ...): today's recipe, as is
-    for recorded, key in quickstart[:1]:
-        work = f"the quickstart, {key[0]} as packaged, 15 minutes on the CPU"
+    for index, (recorded, key) in enumerate(quickstart):
+        # one row each per machine recorded; the first machine's rows keep the plain names
+        suffix = f"-{index + 1}" if index else ""
+        place = f"on {key[4]}" if len(quickstart) > 1 else "on the CPU"
+        work = f"the quickstart, {key[0]} as packaged, 15 minutes {place}"
         bleu = tuple(d["results"]["bleu"] for _, d in recorded)
         files = tuple(name for name, _ in recorded)
         shares = tuple(  # the faster precision's peak is the one the step reaches least of
@@ -397,11 +400,11 @@ def other_goals() -> list[Goal]:
             if d["results"].get("budget")
         )
         goals += [
-            Goal("quickstart-bleu", work, "test BLEU, median over seeds", "", bleu,
+            Goal("quickstart-bleu" + suffix, work, "test BLEU, median over seeds", "", bleu,
                  QUICKSTART_MEDIAN, files, unit="BLEU", rule="median"),
-            Goal("quickstart-bleu-floor", work, "test BLEU, every seed", "", bleu,
+            Goal("quickstart-bleu-floor" + suffix, work, "test BLEU, every seed", "", bleu,
                  QUICKSTART_FLOOR, files, unit="BLEU"),
-            Goal("quickstart-peak", work, "the step's share of the faster precision's matmul peak",
+            Goal("quickstart-peak" + suffix, work, "the step's share of the faster precision's matmul peak",
                  "", shares, PEAK_SHARE_GOAL, files, unit="%"),
         ]  # fmt: skip
     if exists(TRAIN_STEP_RACE):

@@ -80,6 +80,31 @@ def test_the_reference_line_reads_what_report_writes(report, tmp_path, monkeypat
     )
 
 
+def test_the_reference_line_prefers_the_runs_recorded_on_this_machine(
+    report, tmp_path, monkeypatch
+):
+    import aiayn.apps.quickstart
+
+    for seed, bleu in ((0, 20.5), (1, 24.25), (2, 19.0)):
+        write(tmp_path, f"quickstart-seed{seed}-15min", run_results(seed, bleu, 40.0))
+    for seed, bleu in ((0, 26.0), (1, 25.5)):
+        write(tmp_path, f"quickstart-amd-{seed}", run_results(seed, bleu, 40.0), "EPYC, 2 cores")
+    packaged = tmp_path / "reference.json"
+    packaged.write_text(release.reference_text(), encoding="utf-8")
+    monkeypatch.setattr(aiayn.apps.quickstart, "reference_file", lambda: packaged)
+    scoring = aiayn.apps.quickstart.Scoring(8, 1.0, "best")
+
+    def line(machine):
+        return aiayn.apps.quickstart.reference_line(
+            "bible-en-es-cpu.yaml", 15, "cpu", scoring, machine=machine
+        )
+
+    assert line("EPYC, 2 cores").startswith("reference on EPYC, 2 cores: median 25.75 BLEU")
+    assert line("Xeon, 2 cores").startswith("reference on Xeon, 2 cores: median 20.50 BLEU")
+    first = report.quickstart_reference()["references"][0]["machine"]
+    assert line("another CPU, 2 cores").startswith(f"reference on {first}:")  # none of its own
+
+
 def test_runs_of_another_version_of_the_recipe_are_kept_apart(report, tmp_path, monkeypatch):
     import aiayn.apps.quickstart
     from aiayn.apps.quickstart import recipe_digest

@@ -70,6 +70,26 @@ def test_the_quickstart_goals_come_from_the_recorded_seeds_and_the_step_race(mon
     assert step.goal_text() == "1.5x"
 
 
+def test_each_machine_recorded_gets_its_own_quickstart_rows(monkeypatch, tmp_path):
+    monkeypatch.setattr(bench_report, "RESULTS", tmp_path)
+    for seed, bleu in ((0, 25.6), (1, 25.5), (2, 25.4)):
+        record = quickstart(seed, bleu, 87.0, 20.0)
+        (tmp_path / f"quickstart-seed{seed}.json").write_text(json.dumps(record))
+    for seed, bleu in ((0, 26.2), (1, 25.9), (2, 26.1)):
+        record = quickstart(seed, bleu, 37.0, 12.0) | {"machine": "another machine"}
+        (tmp_path / f"quickstart-other-seed{seed}.json").write_text(json.dumps(record))
+    goals = {g.name: g for g in verdicts.other_goals()}
+    first, second = goals["quickstart-bleu"], goals["quickstart-bleu-2"]
+    assert {first.work, second.work} == {
+        f"the quickstart, {RECIPE} as packaged, 15 minutes on a test machine",
+        f"the quickstart, {RECIPE} as packaged, 15 minutes on another machine",
+    }
+    by_machine = {g.work.rsplit(" on ", 1)[1]: g for g in (first, second)}
+    assert by_machine["a test machine"].met is False  # median 25.5
+    assert by_machine["another machine"].met is True  # median 26.1
+    assert goals["quickstart-peak-2"].values in ((0.2,) * 3, (0.12,) * 3)
+
+
 def test_the_writers_give_each_record_its_measures_line():
     # the report refuses a results file without a `measures` record (system, cell, harness)
     run = quickstart(1, 25.5, 100.0, 24.0)["results"]

@@ -286,9 +286,10 @@ def run_quickstart(
     echo("")
     echo(scores.summary())
     scoring = Scoring(config.beam, config.alpha, weights_rule)
-    echo(reference_line(recipe, config.minutes, config.device, scoring, config.overrides))
-    reference = recorded_reference(recipe, config.minutes, config.device, scoring, config.overrides)
     here = this_machine(config.device)
+    recorded = (recipe, config.minutes, config.device, scoring, config.overrides, here)
+    echo(reference_line(*recorded))
+    reference = recorded_reference(*recorded)
     elsewhere = other_machine_line(reference, here, decoding.chosen)
     if elsewhere is not None:
         echo(elsewhere)
@@ -436,19 +437,22 @@ def recorded_reference(
     device: str,
     scoring: Scoring,
     overrides: tuple[str, ...] = (),
+    machine: str | None = None,
 ) -> dict | None:
     """The recorded runs this quickstart compares with, or None where none are recorded.
 
     From `configs/quickstart-reference.json`: the entry of the same recipe, minutes, device
     kind, overrides (`--set`, the seed's excepted) and `scoring` (beam, alpha, weights
-    rule). Runs of another version of the recipe file (`recipe_digest`, where both are
-    known), and entries that do not record their scoring, do not count.
+    rule); of those, the one recorded on `machine` (`this_machine`'s name) where there is
+    one, else the first. Runs of another version of the recipe file (`recipe_digest`,
+    where both are known), and entries that do not record their scoring, do not count.
     """
     name, kind = Path(recipe).name, device.split(":")[0]
     wanted = [o for o in overrides if not o.startswith("train.seed=")]
     digest = recipe_digest(recipe)
     path = reference_file()
     entries = json.loads(path.read_text(encoding="utf-8"))["references"] if path.is_file() else []
+    matching = []
     for entry in entries:
         same_run = (entry["recipe"], entry["minutes"], entry["device"]) == (name, minutes, kind)
         recorded = entry.get("recipe_sha256")
@@ -456,8 +460,9 @@ def recorded_reference(
         scored = (entry.get("beam"), entry.get("alpha"), entry.get("weights"))
         same_scoring = scored == (scoring.beam, scoring.alpha, scoring.weights)
         if same_run and same_version and same_scoring and entry.get("overrides", []) == wanted:
-            return entry
-    return None
+            matching.append(entry)
+    here = [entry for entry in matching if entry.get("machine") == machine]
+    return (here or matching or [None])[0]
 
 
 def reference_line(
@@ -466,13 +471,14 @@ def reference_line(
     device: str,
     scoring: Scoring,
     overrides: tuple[str, ...] = (),
+    machine: str | None = None,
 ) -> str:
     """The line printed next to BLEU: recorded runs of this recipe, budget and scoring.
 
-    The median and range of test BLEU over the seeds of `recorded_reference`'s entry;
-    says so when none is recorded.
+    The median and range of test BLEU over the seeds of `recorded_reference`'s entry
+    (those of `machine` where recorded); says so when none is recorded.
     """
-    entry = recorded_reference(recipe, minutes, device, scoring, overrides)
+    entry = recorded_reference(recipe, minutes, device, scoring, overrides, machine)
     if entry is None:
         wanted = [o for o in overrides if not o.startswith("train.seed=")]
         settings = "".join(f" {o}" for o in wanted)
