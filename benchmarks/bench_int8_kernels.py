@@ -162,7 +162,14 @@ def main() -> None:
     chosen, means = choose_engine(records)
     print(f"int8 engines, geometric-mean speed over fp32 at {DECODING_ROWS} rows: {means}")
     print(f"chosen: {chosen} (aiayn.inference.frozen_products.INT8_ENGINE must say the same)")
-    payload = {"args": vars(args), "results": records, "chosen_engine": chosen}
+    measures = {
+        "system": "int8 matrix product candidates against aiayn's float32 product",
+        "cell": f"Marian small and base weight shapes, rows {', '.join(map(str, ROWS))}, "
+        f"{args.threads} thread(s), {common.machine()}",
+        "harness": "bench_int8_kernels",
+    }
+    payload = {"measures": [measures], "args": vars(args), "results": records}
+    payload["chosen_engine"] = chosen
     path = common.write_json(args.results, {**payload, "engine_speed": means})
     print(f"written {path}")
 

@@ -95,9 +95,9 @@ def quality_seeds() -> str:
     )
 
 
-def int8_kernels() -> str:
+def int8_kernels(name: str = "int8-kernels") -> str:
     """Each int8 candidate's speed against float32, per weight shape and row count."""
-    data = report.load("int8-kernels")
+    data = report.load(name)
     records = data["results"]
     systems = [s for s in dict.fromkeys(r["system"] for r in records) if s != "fp32"]
     cells: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
@@ -131,7 +131,7 @@ def int8_kernels() -> str:
         )
         + "."
     )
-    return "\n\n".join([table(headers, rows), notes, source("int8-kernels", data)])
+    return "\n\n".join([table(headers, rows), notes, source(name, data)])
 
 
 def memory() -> str:

@@ -180,14 +180,14 @@ def quickstart() -> str:
         return "No quickstart run is recorded yet (see `benchmarks/record_quickstart.py`)."
     rows, sources = [], []
     for key, recorded in groups.items():
-        (recipe, digest, minutes, device, _, overrides, beam, alpha, rule) = key
+        (recipe, digest, minutes, device, machine, overrides, beam, alpha, rule) = key
         runs = [data["results"] for _, data in recorded]
         speeds = [r["budget"]["tokens_per_s"] for r in runs if r.get("budget")]
         rows.append(
             [
                 " ".join([recipe, *(f"`{o}`" for o in overrides)]),
                 version_label(recipe, digest),
-                device,
+                f"{device} ({machine})" if machine else device,
                 f"{minutes:g}",
                 ", ".join(str(r["seed"]) for r in sorted(runs, key=lambda r: r["seed"])),
                 str(beam),
@@ -201,7 +201,8 @@ def quickstart() -> str:
             ]
         )
         sources += [source(name, data) for name, data in recorded]
-    headers = ["recipe", "version", "device", "minutes", "seeds", "beam", "alpha", "weights"]
+    headers = ["recipe", "version", "device (machine)", "minutes", "seeds", "beam", "alpha"]
+    headers += ["weights"]
     headers += ["test BLEU median (range)", "chrF median (range)", "steps", "epochs"]
     headers += ["tok/s (src+tgt)"]
     return table(headers, rows, left=8) + "\n\n" + "\n\n".join(sources)

@@ -86,7 +86,6 @@ ALLOWED: dict[str, str] = {
     "a median of 25 BLEU after": "issue 18's quality goal",
     "a median of 26 BLEU over three seeds": "issue 45's quality goal",
     "against issue 45's 26 BLEU": "issue 45's quality goal",
-    "issue 45's 26 BLEU needs that retune": "issue 45's quality goal",
     "이슈 45의 26 BLEU에 대해": "issue 45's quality goal (known-limits.ko.md)",
     # the paper's figures, quoted by the tutorials
     "heads of a large model for 0.15 BLEU": "Voita et al. 2019, the pruning result",

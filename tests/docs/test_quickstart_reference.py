@@ -50,9 +50,9 @@ def test_table_and_reference_give_median_and_range_over_seeds(report, tmp_path):
     text = report.quickstart()
     rows = [line for line in text.splitlines() if line.startswith("| bible-en-es-cpu.yaml")]
     assert rows == [
-        "| bible-en-es-cpu.yaml | not recorded | cpu | 15 | 0, 1, 2 | 8 | 1.0 | best (valid loss) "
+        "| bible-en-es-cpu.yaml | not recorded | cpu (Xeon, 2 cores) | 15 | 0, 1, 2 | 8 | 1.0 | best (valid loss) "
         "| 20.50 (19.00-24.25) | 40.00 (39.00-44.50) | 1,001 | 2.10 | 11,000 |",
-        "| bible-en-es-cpu.yaml | not recorded | cpu | 30 | 0 | 8 | 1.0 | best (valid loss) "
+        "| bible-en-es-cpu.yaml | not recorded | cpu (Xeon, 2 cores) | 30 | 0 | 8 | 1.0 | best (valid loss) "
         "| 23.00 (23.00-23.00) | 43.00 (43.00-43.00) | 1,000 | 2.00 | 10,000 |",
     ]
     assert text.count("Source: `benchmarks/results/quickstart-") == 4
@@ -221,10 +221,12 @@ def test_runs_with_overrides_form_their_own_row_and_reference(report, tmp_path):
     auto = run_results(0, 19.0, 39.0, overrides=["train.precision=auto"])
     write(tmp_path, "quickstart-bf16-seed0-15min", auto)
     rows = [line for line in report.quickstart().splitlines() if line.startswith("| bible")]
-    assert rows[0].startswith("| bible-en-es-cpu.yaml | not recorded | cpu | 15 | 0 | 8 | ")
+    assert rows[0].startswith(
+        "| bible-en-es-cpu.yaml | not recorded | cpu (Xeon, 2 cores) | 15 | 0 | 8 | "
+    )
     assert "| 18.00 " in rows[0]
     assert rows[1].startswith(
-        "| bible-en-es-cpu.yaml `train.precision=auto` | not recorded | cpu | 15 | 0 | 8 | "
+        "| bible-en-es-cpu.yaml `train.precision=auto` | not recorded | cpu (Xeon, 2 cores) | 15 | 0 | 8 | "
     )
     assert "| 19.00 " in rows[1]
     plain, bf16 = report.quickstart_reference()["references"]
