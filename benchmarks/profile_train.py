@@ -193,7 +193,7 @@ def main() -> None:
         "measures": [
             {
                 "system": "aiayn's quickstart training step by op kind, " + trainer.precision.value,
-                "cell": "the quickstart recipe and corpus, this project's 2-core CPU",
+                "cell": f"the quickstart recipe and corpus, {common.machine()}",
                 "harness": f"profile_train, {args.steps} steps after {args.warmup}",
             }
         ],

@@ -132,6 +132,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "int8-kernels-amx": lambda: int8_kernels("int8-kernels-amx"),
     "step-bound": step_bound,
     "train-profile-bf16": lambda: train_profile("train-profile-bf16"),
+    "train-profile-bf16-xeon": lambda: train_profile("train-profile-bf16-xeon"),
 }
 
 
@@ -166,6 +167,7 @@ WHEN = {
     "step-bound": recorded("step-bound"),
     "efficient-attention": lambda: "efficient" in report.load("attention"),
     "train-profile-bf16": recorded("train-profile-bf16"),
+    "train-profile-bf16-xeon": recorded("train-profile-bf16-xeon"),
     "gpu-attention": recorded("attention-gpu"),
     "gpu-sliding-window": recorded("attention-gpu"),
     "gpu-efficient-attention": recorded("attention-gpu"),
