@@ -169,8 +169,9 @@ def main() -> None:
         "harness": "bench_int8_kernels",
     }
     payload = {"measures": [measures], "args": vars(args), "results": records}
-    payload["chosen_engine"] = chosen
-    path = common.write_json(args.results, {**payload, "engine_speed": means})
+    path = common.write_json(
+        args.results, {**payload, "chosen_engine": chosen, "engine_speed": means}
+    )
     print(f"written {path}")
 
 

@@ -202,8 +202,7 @@ def quickstart() -> str:
         )
         sources += [source(name, data) for name, data in recorded]
     headers = ["recipe", "version", "device (machine)", "minutes", "seeds", "beam", "alpha"]
-    headers += ["weights"]
-    headers += ["test BLEU median (range)", "chrF median (range)", "steps", "epochs"]
+    headers += ["weights", "test BLEU median (range)", "chrF median (range)", "steps", "epochs"]
     headers += ["tok/s (src+tgt)"]
     return table(headers, rows, left=8) + "\n\n" + "\n\n".join(sources)
 
