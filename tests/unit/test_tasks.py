@@ -61,6 +61,34 @@ def test_translation_data_from_a_corpus_is_sharded_and_keeps_bleu_sentences(tmp_
     assert task.bleu.references == [t for _, t in corpus.read("valid")[:3]]
 
 
+def test_padding_to_a_length_multiple_leaves_the_loss_unchanged():
+    model = Transformer(CFG).eval()
+    task = TranslationTask(CFG)
+    pairs = copy_pairs(5, random.Random(3))
+    specials = (CFG.pad_id, CFG.bos_id, CFG.eos_id)
+    tight = task.loss(model, Batch.from_pairs(pairs, *specials), label_smoothing=0.1)
+    padded_batch = Batch.from_pairs(pairs, *specials, length_multiple=8)
+    assert padded_batch.src.size(1) % 8 == 0 and padded_batch.tgt_out.size(1) % 8 == 0
+    padded = task.loss(model, padded_batch, label_smoothing=0.1)
+    torch.testing.assert_close(padded.loss, tight.loss, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(padded.nll, tight.nll, rtol=1e-5, atol=1e-5)
+    assert padded.n_tokens == tight.n_tokens
+
+
+def test_translation_data_pads_to_the_length_multiple_within_the_positions(tmp_path):
+    corpus = PreparedCorpus.load(make_corpus(tmp_path / "en-de", train_pairs=60))
+    tokenizer = corpus.tokenizer()
+    cfg = ModelConfig.tiny(vocab_size=tokenizer.vocab_size, max_len=12)
+    config = TrainConfig(max_tokens=64, max_steps=1, length_multiple=8)
+    data = TranslationTask(cfg).build_data(corpus, tokenizer, config, DistEnv())
+    batches = [*data.train.epoch(0), *data.valid.epoch(0)]
+    # max_len 12 rounds down to 8 positions: a padded side never passes the positions
+    for batch in batches:
+        assert batch.src.size(1) == batch.tgt_out.size(1) == 8
+    with pytest.raises(ValueError, match="length_multiple"):
+        TrainConfig(max_tokens=64, max_steps=1, length_multiple=0)
+
+
 def test_bleu_at_validation_scores_the_detokenized_greedy_outputs():
     model = Transformer(CFG).eval()
     fixed = "the same five words here"  # whatever the model says, it reads as this

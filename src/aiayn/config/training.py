@@ -95,6 +95,9 @@ class TrainConfig:
             specials included (see `aiayn.data.batching`).
         accumulation: batches per update (update_freq); the paper's ~25,000-token
             batches are `max_tokens * accumulation * processes`.
+        length_multiple: pad each batch's source and target length to a multiple of
+            this (1: to the longest sentence). Fewer distinct shapes; see
+            `aiayn.data.batching`.
         lr_scale: factor on the schedule `d_model^-0.5 * min(step^-0.5,
             step * warmup^-1.5)` (section 5.3 uses 1).
         warmup: warmup steps of the schedule (the paper: 4000).
@@ -126,6 +129,7 @@ class TrainConfig:
 
     max_tokens: int = 4096
     accumulation: int = 1
+    length_multiple: int = 1
     lr_scale: float = 1.0
     warmup: int = 4000
     lr_schedule: LRSchedule = LRSchedule.INVERSE_SQRT
@@ -152,7 +156,10 @@ class TrainConfig:
             return ValueError(f"TrainConfig.{name} must be {rule}, got {getattr(self, name)!r}")
 
         check_field_types(self)
-        for name in ("max_tokens", "accumulation", "warmup", "keep_last", "log_every_steps"):
+        for name in (
+            "max_tokens", "accumulation", "length_multiple", "warmup", "keep_last",
+            "log_every_steps",
+        ):  # fmt: skip
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise fail(name, "a positive integer")
         if self.max_non_finite < 1:

@@ -11,6 +11,11 @@ import torch
 from torch import Tensor
 
 
+def round_up(length: int, multiple: int) -> int:
+    """The smallest multiple of `multiple` that is at least `length`."""
+    return -(-length // multiple) * multiple
+
+
 @dataclass
 class Batch:
     """Padded ids for one step; the model derives its masks from the pad id.
@@ -36,15 +41,17 @@ class Batch:
         pad_id: int,
         bos_id: int,
         eos_id: int,
+        length_multiple: int = 1,
     ) -> Batch:
         """Pad (source ids, target ids) pairs, without specials, into a batch.
 
         eos is appended to each source and to `tgt_out`; bos is prepended to `tgt_in`.
+        Each side's padded length is rounded up to a multiple of `length_multiple`.
         """
         if not pairs:
             raise ValueError("Batch.from_pairs needs at least one pair")
-        src_len = max(len(s) for s, _ in pairs) + 1
-        tgt_len = max(len(t) for _, t in pairs) + 1
+        src_len = round_up(max(len(s) for s, _ in pairs) + 1, length_multiple)
+        tgt_len = round_up(max(len(t) for _, t in pairs) + 1, length_multiple)
         src = torch.full((len(pairs), src_len), pad_id, dtype=torch.long)
         tgt_in = torch.full((len(pairs), tgt_len), pad_id, dtype=torch.long)
         tgt_out = torch.full((len(pairs), tgt_len), pad_id, dtype=torch.long)

@@ -9,6 +9,13 @@ specials included: B * (longest source + 1) <= max_tokens, and B * (longest targ
 Batches are cut once, greedily, from the pairs sorted by length (see
 `token_budget_batches`); each epoch shuffles their order with (seed, epoch), the way fairseq does.
 The same seed and epoch give the same batches in the same order on every machine.
+
+`length_multiple` rounds each side's padded length up to a multiple (as fairseq's
+`--required-seq-len-multiple` and Hugging Face's `pad_to_multiple_of` do). It costs
+padding but bounds the number of distinct batch shapes: on the Bible at 2,048 tokens,
+402 shapes at 1 and 33 at 8. A CPU library that compiles one kernel per shape and
+keeps a bounded cache of them (oneDNN keeps 1,024 by default) recompiles
+less often (see the quickstart page).
 """
 
 from __future__ import annotations
@@ -19,31 +26,46 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from aiayn.data.batch import Batch
+from aiayn.data.batch import Batch, round_up
 
 log = logging.getLogger(__name__)
 
 
-def token_budget_batches(lengths: Sequence[tuple[int, int]], max_tokens: int) -> list[list[int]]:
+def token_budget_batches(
+    lengths: Sequence[tuple[int, int]], max_tokens: int, length_multiple: int = 1
+) -> list[list[int]]:
     """Cut pairs, given as (source length, target length) with specials, into batches.
 
-    Pairs are sorted by (longer side, source, target, index) and taken greedily while
-    both padded sides fit the budget. Sorting by the longer side, which is what the
-    shared budget binds, keeps both sides tight: on the Bible at 25,000 tokens,
+    Lengths are first rounded up to a multiple of `length_multiple`, as the batches
+    will be padded. Pairs are sorted by (longer side, source, target) rounded, then
+    exact, then index, and taken greedily while both padded sides fit the budget. Sorting by the longer side, which
+    is what the shared budget binds, keeps both sides tight: on the Bible at 25,000 tokens,
     6% of the padded positions are padding, against 22% when sorting by source
     length first. Returns lists of pair indices.
 
     Raises:
-        ValueError: a single pair exceeds the budget on one side.
+        ValueError: a single pair exceeds the budget on one side (after rounding), or
+            `length_multiple` is not a positive integer.
     """
+    if length_multiple < 1:
+        raise ValueError(f"length_multiple must be a positive integer, got {length_multiple}")
+    exact = lengths
+    lengths = [(round_up(s, length_multiple), round_up(t, length_multiple)) for s, t in exact]
     for i, (s, t) in enumerate(lengths):
         if s > max_tokens or t > max_tokens:
+            rounded = f" (rounded up to a multiple of {length_multiple})" * (length_multiple > 1)
             raise ValueError(
                 f"pair {i} does not fit a batch of max_tokens={max_tokens}: it has {s} source "
-                f"and {t} target tokens with specials; filter long pairs when preparing "
-                f"the corpus, or raise max_tokens"
+                f"and {t} target tokens with specials{rounded}; filter long pairs when "
+                f"preparing the corpus, or raise max_tokens"
             )
-    order = sorted(range(len(lengths)), key=lambda i: (max(lengths[i]), *lengths[i], i))
+    # Within a rounded length, the exact lengths still order the pairs: ordered by index
+    # alone, a batch would be ~800 consecutive verses of one book, and learn less per
+    # update (valid loss 3.79 against 3.41 after 700 updates of the quickstart).
+    order = sorted(
+        range(len(lengths)),
+        key=lambda i: (max(lengths[i]), *lengths[i], max(exact[i]), *exact[i], i),
+    )
     batches: list[list[int]] = []
     current: list[int] = []
     longest_src = longest_tgt = 0
@@ -78,6 +100,7 @@ class TokenBatcher:
         rank, world_size: this process's shard.
         shuffle: shuffle batch order per epoch; False keeps length order
             (evaluation), still sharded.
+        length_multiple: pad each side to a multiple of this (see the module).
 
     Raises:
         ValueError: a pair alone exceeds `max_tokens`, no pairs, or a bad rank.
@@ -94,6 +117,7 @@ class TokenBatcher:
         rank: int = 0,
         world_size: int = 1,
         shuffle: bool = True,
+        length_multiple: int = 1,
     ) -> None:
         if max_tokens < 2:
             raise ValueError(f"max_tokens must be at least 2, got {max_tokens}")
@@ -107,8 +131,9 @@ class TokenBatcher:
         self.max_tokens = max_tokens
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.seed, self.rank, self.world_size, self.shuffle = seed, rank, world_size, shuffle
+        self.length_multiple = length_multiple
         lengths = [(len(s) + 1, len(t) + 1) for s, t in pairs]
-        self.batches = token_budget_batches(lengths, max_tokens)
+        self.batches = token_budget_batches(lengths, max_tokens, length_multiple)
         self._steps = math.ceil(len(self.batches) / world_size)
         log.debug(
             "%d pairs in %d batches of <= %d tokens", len(pairs), len(self.batches), max_tokens
@@ -147,6 +172,7 @@ class TokenBatcher:
                 self.pad_id,
                 self.bos_id,
                 self.eos_id,
+                self.length_multiple,
             )
 
     def padding_fraction(self) -> float:
@@ -156,5 +182,6 @@ class TokenBatcher:
             src = [len(self.pairs[i][0]) + 1 for i in batch]
             tgt = [len(self.pairs[i][1]) + 1 for i in batch]
             real += sum(src) + sum(tgt)
-            padded += len(batch) * (max(src) + max(tgt))
+            multiple = self.length_multiple
+            padded += len(batch) * (round_up(max(src), multiple) + round_up(max(tgt), multiple))
         return 1.0 - real / padded

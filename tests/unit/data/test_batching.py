@@ -190,3 +190,50 @@ def test_batch_from_pairs_reference():
     assert batch.tgt_in.tolist() == [[BOS, 9, PAD, PAD], [BOS, 9, 9, 9]]
     assert batch.tgt_out.tolist() == [[9, EOS, PAD, PAD], [9, 9, 9, EOS]]
     assert (batch.n_src_tokens, batch.n_tgt_tokens) == (5, 6)
+
+
+def test_length_multiple_pads_to_the_multiple_within_the_budget():
+    plain = TokenBatcher(PAIRS, 600, PAD, BOS, EOS, seed=2)
+    rounded = TokenBatcher(PAIRS, 600, PAD, BOS, EOS, seed=2, length_multiple=8)
+    batches = list(rounded.epoch(0))
+    for batch in batches:
+        assert batch.src.size(1) % 8 == 0 and batch.tgt_out.size(1) % 8 == 0
+        assert batch.src.numel() <= 600 and batch.tgt_out.numel() <= 600
+        # the rounding adds at most 7 pad columns to a side
+        longest_src = int((batch.src != PAD).sum(1).max())
+        longest_tgt = int((batch.tgt_out != PAD).sum(1).max())
+        assert batch.src.size(1) - longest_src < 8 and batch.tgt_out.size(1) - longest_tgt < 8
+    # same pairs, the same counts, fewer distinct shapes, more padding
+    assert pairs_of(batches) == pairs_of(plain.epoch(0))
+    assert sum(b.n_tgt_tokens for b in batches) == sum(b.n_tgt_tokens for b in plain.epoch(0))
+
+    def shapes(batcher):
+        return {(b.size, b.src.size(1), b.tgt_out.size(1)) for b in batcher.epoch(0)}
+
+    assert len(shapes(rounded)) < len(shapes(plain))
+    pad = sum(int((t == PAD).sum()) for b in batches for t in (b.src, b.tgt_out))
+    total = sum(t.numel() for b in batches for t in (b.src, b.tgt_out))
+    assert rounded.padding_fraction() == pytest.approx(pad / total)
+    assert rounded.padding_fraction() > plain.padding_fraction()
+
+
+def test_length_multiple_greedy_cut_reference():
+    # lengths (5, 2), (2, 2), (3, 1), (1, 3), (8, 4) round up to multiples of 4:
+    # (8, 4), (4, 4), (4, 4), (4, 4), (8, 4); within a rounded length the exact lengths
+    # order them (longer side, source, target): 1 (2, 2), 3 (1, 3), 2 (3, 1), then 0, 4
+    lengths = [(5, 2), (2, 2), (3, 1), (1, 3), (8, 4)]
+    # budget 9: [1] 4; +3 2*4=8; +2 3*4 > 9: cut; [2] 4; +0 2*8 > 9: cut; [0]; [4]
+    assert token_budget_batches(lengths, 9, length_multiple=4) == [[1, 3], [2], [0], [4]]
+    # a pair that fits the budget only before rounding is refused, naming the multiple
+    with pytest.raises(ValueError, match=r"pair 0 .* 8 source .* multiple of 4"):
+        token_budget_batches([(7, 3)], 7, length_multiple=4)
+    with pytest.raises(ValueError, match="length_multiple"):
+        token_budget_batches(lengths, 9, length_multiple=0)
+
+
+def test_batch_from_pairs_length_multiple_reference():
+    batch = Batch.from_pairs([([7, 8], [9]), ([7], [9, 9, 9])], PAD, BOS, EOS, length_multiple=3)
+    assert batch.src.tolist() == [[7, 8, EOS], [7, EOS, PAD]]  # 3 is already a multiple
+    assert batch.tgt_in.tolist() == [[BOS, 9, PAD, PAD, PAD, PAD], [BOS, 9, 9, 9, PAD, PAD]]
+    assert batch.tgt_out.tolist() == [[9, EOS, PAD, PAD, PAD, PAD], [9, 9, 9, EOS, PAD, PAD]]
+    assert (batch.n_src_tokens, batch.n_tgt_tokens) == (5, 6)

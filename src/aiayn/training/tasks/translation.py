@@ -67,18 +67,22 @@ class TranslationTask:
     ) -> TaskData:
         """Token-budget batches of the corpus's train and valid pairs (and the BLEU set)."""
         cfg = self.cfg
-        limit = min(config.max_tokens, cfg.max_len)
+        multiple = config.length_multiple
+        # a padded side must fit both the batch and the positions: round the limit down
+        limit = min(config.max_tokens, cfg.max_len) // multiple * multiple
         train_pairs = fitting_pairs(encode_pairs(tokenizer, corpus.read("train")), limit, "train")
         valid_text = corpus.read("valid")
         valid_pairs = fitting_pairs(encode_pairs(tokenizer, valid_text), limit, "valid")
         specials = (cfg.pad_id, cfg.bos_id, cfg.eos_id)
         train = TokenBatcher(
             train_pairs, config.max_tokens, *specials, seed=config.seed,
-            rank=env.rank, world_size=env.world_size,
+            rank=env.rank, world_size=env.world_size, length_multiple=multiple,
         )  # fmt: skip
         valid = None
         if valid_pairs:
-            valid = TokenBatcher(valid_pairs, config.max_tokens, *specials, shuffle=False)
+            valid = TokenBatcher(
+                valid_pairs, config.max_tokens, *specials, shuffle=False, length_multiple=multiple
+            )
         if config.valid_bleu_sentences and valid_text:
             chosen = valid_text[: config.valid_bleu_sentences]
             sources = tokenizer.encode_batch([s for s, _ in chosen])
