@@ -110,7 +110,6 @@ ALLOWED: dict[str, str] = {
     "also keeps 90% of the greedy": "issue 17's quality goal",
     "issue's goal allows (at most 10%)": "issue 17's quality goal",
     "이슈의 목표가 허용하는 것(최대 10%)": "issue 17's quality goal (known-limits.ko.md)",
-    "cell reaches 1.0x, and the fp32": "the decoding-engine issue's speed goal",
     "(the goal: >= 1.5x transformers fp32": "the generation issue's goal",
     "The goal is ≥ 5× the": "the serving issue's goal",
     "with p99 under 1 s": "the serving issue's goal",

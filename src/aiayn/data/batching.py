@@ -38,10 +38,11 @@ def token_budget_batches(
 
     Lengths are first rounded up to a multiple of `length_multiple`, as the batches
     will be padded. Pairs are sorted by (longer side, source, target) rounded, then
-    exact, then index, and taken greedily while both padded sides fit the budget. Sorting by the longer side, which
-    is what the shared budget binds, keeps both sides tight: on the Bible at 25,000 tokens,
-    6% of the padded positions are padding, against 22% when sorting by source
-    length first. Returns lists of pair indices.
+    the same exact, then index, and taken greedily while both padded sides fit the
+    budget. Sorting by the longer side, which is what the shared budget binds, keeps
+    both sides tight: on the Bible at 25,000 tokens, 6% of the padded positions are
+    padding, against 22% when sorting by source length first. Returns lists of pair
+    indices.
 
     Raises:
         ValueError: a single pair exceeds the budget on one side (after rounding), or
@@ -60,8 +61,9 @@ def token_budget_batches(
                 f"preparing the corpus, or raise max_tokens"
             )
     # Within a rounded length, the exact lengths still order the pairs: ordered by index
-    # alone, a batch would be ~800 consecutive verses of one book, and learn less per
-    # update (valid loss 3.79 against 3.41 after 700 updates of the quickstart).
+    # alone, a Bible batch was ~800 consecutive verses of one book and learned less per
+    # update (the quickstart at multiple 8: valid loss 3.79 after 700 updates, against
+    # 3.49 in this order).
     order = sorted(
         range(len(lengths)),
         key=lambda i: (max(lengths[i]), *lengths[i], max(exact[i]), *exact[i], i),
