@@ -132,6 +132,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "int8-kernels": int8_kernels,
     "int8-kernels-amx": lambda: int8_kernels("int8-kernels-amx"),
     "step-bound": step_bound,
+    "step-bound-xeon": lambda: step_bound("step-bound-xeon"),
     "train-profile-bf16": lambda: train_profile("train-profile-bf16"),
     "train-profile-bf16-xeon": lambda: train_profile("train-profile-bf16-xeon"),
 }
@@ -167,6 +168,7 @@ WHEN = {
     "int8-kernels": recorded("int8-kernels"),
     "int8-kernels-amx": recorded("int8-kernels-amx"),
     "step-bound": recorded("step-bound"),
+    "step-bound-xeon": recorded("step-bound-xeon"),
     "efficient-attention": lambda: "efficient" in report.load("attention"),
     "train-profile-bf16": recorded("train-profile-bf16"),
     "train-profile-bf16-xeon": recorded("train-profile-bf16-xeon"),
