@@ -180,10 +180,10 @@ class TokenBatcher:
     def padding_fraction(self) -> float:
         """Share of padding among all padded positions of `src` and `tgt_out`, one epoch."""
         real = padded = 0
+        multiple = self.length_multiple
         for batch in self.batches:
             src = [len(self.pairs[i][0]) + 1 for i in batch]
             tgt = [len(self.pairs[i][1]) + 1 for i in batch]
             real += sum(src) + sum(tgt)
-            multiple = self.length_multiple
             padded += len(batch) * (round_up(max(src), multiple) + round_up(max(tgt), multiple))
         return 1.0 - real / padded
