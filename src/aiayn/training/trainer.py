@@ -78,6 +78,7 @@ from aiayn.io.checkpoint import (
 )
 from aiayn.models import build_model
 from aiayn.training import distributed
+from aiayn.training.host_memory import tune_host_memory
 from aiayn.training.metrics import (
     MetricsLog,
     ProgressBar,
@@ -160,6 +161,8 @@ class Trainer:
         progress: bool = True,
     ) -> None:
         self.device = torch.device(device)
+        # before the first product (the precision's timing): oneDNN's cache and malloc
+        self.host_memory = tune_host_memory() if self.device.type == "cpu" else []
         self.precision = training_precision(config.precision, self.device)
         self.config, self.task = config, task
         self.env = distributed.from_environment() if distributed.active() else distributed.DistEnv()
@@ -190,6 +193,8 @@ class Trainer:
                 self.task.name,
                 self.device,
             )
+            if self.host_memory:
+                log.info("host memory: %s", "; ".join(self.host_memory))
             self.resume()
             start_step = self.state.step
             if start_step == 0:  # dropout draws; a resumed run restores its RNG states instead

@@ -1,0 +1,123 @@
+"""aiayn.training.host_memory: oneDNN's kernel cache and glibc's malloc for a training process.
+
+The malloc checks run in a process of their own (mallopt changes the whole process), and
+read glibc's own account of its blocks (`mallinfo2`) before and after a large allocation:
+with the defaults it is a block mapped on its own, after `keep_freed_memory` it is not.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from aiayn.training import host_memory
+from aiayn.training.host_memory import (
+    OPT_OUT_ENV,
+    PRIMITIVE_CACHE_CAPACITY,
+    PRIMITIVE_CACHE_ENV,
+    _apply,
+    _glibc,
+)
+
+GLIBC = _glibc() is not None and hasattr(_glibc(), "mallinfo2")
+
+# One 64 MiB block (above glibc's default mmap threshold of 128 KiB, and above the most
+# it raises that threshold to, 32 MiB): is it mapped on its own (mallinfo2's hblks)?
+MAPPED_CHECK = textwrap.dedent(
+    """
+    import ctypes, sys
+    from aiayn.training.host_memory import keep_freed_memory
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+            "uordblks", "fordblks", "keepcost")]
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = MallInfo2
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    if sys.argv[1] == "tuned":
+        print(keep_freed_memory(), file=sys.stderr)
+    before = libc.mallinfo2().hblks
+    block = libc.malloc(64 << 20)
+    during = libc.mallinfo2().hblks
+    libc.free(block)
+    print(during - before)
+    """
+)
+
+
+def mapped_blocks(mode: str) -> int:
+    done = subprocess.run(
+        [sys.executable, "-c", MAPPED_CHECK, mode], capture_output=True, text=True, check=True
+    )
+    return int(done.stdout.strip())
+
+
+@pytest.mark.skipif(not GLIBC, reason="needs glibc 2.33 or later (mallinfo2)")
+def test_large_blocks_come_from_the_heap_after_keep_freed_memory():
+    assert mapped_blocks("default") == 1  # glibc's default: mapped on its own
+    assert mapped_blocks("tuned") == 0  # served from the heap, kept when freed
+
+
+def test_the_cache_capacity_is_set_where_unset():
+    environ: dict[str, str] = {}
+    applied = _apply(environ)
+    assert environ[PRIMITIVE_CACHE_ENV] == str(PRIMITIVE_CACHE_CAPACITY)
+    assert applied[0] == f"{PRIMITIVE_CACHE_ENV}={PRIMITIVE_CACHE_CAPACITY}"
+    assert applied[1].startswith("malloc: ")
+
+
+def test_a_users_cache_capacity_is_kept():
+    environ = {PRIMITIVE_CACHE_ENV: "2048"}
+    applied = _apply(environ)
+    assert environ[PRIMITIVE_CACHE_ENV] == "2048"
+    assert applied[0] == f"{PRIMITIVE_CACHE_ENV}=2048 (as set)"
+
+
+def test_opting_out_changes_nothing(monkeypatch):
+    calls = []
+    monkeypatch.setattr(host_memory, "keep_freed_memory", lambda: calls.append(1) or "")
+    environ = {OPT_OUT_ENV: "default"}
+    applied = _apply(environ)
+    assert environ == {OPT_OUT_ENV: "default"}
+    assert calls == []
+    assert "defaults kept" in applied[0]
+
+
+def test_tune_host_memory_applies_once(monkeypatch):
+    calls = []
+    monkeypatch.setattr(host_memory, "_applied", None)
+    monkeypatch.setattr(host_memory, "_apply", lambda environ: calls.append(1) or ["x"])
+    assert host_memory.tune_host_memory() == ["x"]
+    assert host_memory.tune_host_memory() == ["x"]
+    assert calls == [1]
+
+
+def test_the_trainer_tunes_its_process_and_logs_it(monkeypatch, tmp_path):
+    from aiayn import ModelConfig, Transformer
+    from aiayn.config import TrainConfig
+    from aiayn.data.batching import TokenBatcher
+    from aiayn.training import trainer as trainer_module
+    from aiayn.training.tasks import TranslationTask
+    from train_helpers import copy_pairs
+
+    calls = []
+    monkeypatch.setattr(trainer_module, "tune_host_memory", lambda: calls.append(1) or ["y z"])
+    cfg = ModelConfig.tiny(vocab_size=13, d_model=32, n_heads=2, d_ff=64, n_layers=1, max_len=32)
+    train = TrainConfig(
+        max_tokens=256, max_steps=1, warmup=1, valid_every_steps=None,
+        checkpoint_every_minutes=None,
+    )  # fmt: skip
+    data = TokenBatcher(copy_pairs(50, random.Random(0)), 256, 0, 1, 2)
+    trainer = trainer_module.Trainer(
+        Transformer(cfg), TranslationTask(cfg), train, data, tmp_path, progress=False
+    )
+    assert calls == [1]
+    trainer.fit()
+    assert "host memory: y z" in (tmp_path / "train.log").read_text()
