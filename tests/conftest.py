@@ -17,6 +17,12 @@ torch.set_num_threads(1)
 # tests compare their outputs with float32's. Tests of auto itself unset it.
 os.environ["AIAYN_DTYPE"] = "float32"
 
+# Training keeps glibc's freed memory and raises oneDNN's kernel cache for the whole process
+# (aiayn.training.host_memory); in a test worker that would make tests that measure memory
+# depend on whether a trainer ran before them. Tests of those settings use their own
+# processes and dictionaries (tests/unit/test_host_memory.py).
+os.environ["AIAYN_HOST_MEMORY"] = "default"
+
 # The skips that CI=true lets stand, by a phrase of their reason, each with why CI cannot
 # run that test. Everything else CI must run: the Bible's SWORD modules, Chromium and
 # Selenium, transformers, a wheel build, a tmpfs mount (CI runs as root) are all installed
