@@ -7,14 +7,15 @@ checkpoints every 1.5 minutes included) for `--steps` updates, in a process of i
 one process at a time, the sides taking turns in the order A B B A ... (`--rounds` of
 each). The sides:
 
-- `tuned`: as shipped (oneDNN's kernel cache raised, glibc's malloc keeping freed memory);
-- `defaults`: `AIAYN_HOST_MEMORY=default`, PyTorch's and glibc's defaults;
-- `jemalloc` (with `--jemalloc PATH`): `tuned` with jemalloc preloaded (`LD_PRELOAD`), the
-  allocator Intel's PyTorch CPU guide advises, for comparison.
+- `shipped`: as `aiayn train` runs (oneDNN's kernel cache raised; jemalloc preloaded where
+  it is installed, else glibc's malloc keeping freed memory);
+- `glibc`: `AIAYN_HOST_MEMORY=glibc`, the cache raised and glibc's malloc keeping freed memory;
+- `defaults`: `AIAYN_HOST_MEMORY=default`, PyTorch's and glibc's defaults.
 
 Per process: the training minutes the trainer counts (`metrics.jsonl`), the wall clock of
 the whole command, its peak resident memory (`wait4`), the target tokens per second in
-each span of 400 updates, and the last training and validation losses. Same recipe and
+each span of 400 updates, the last training and validation losses, and the "host memory"
+line of its train.log (what it ran with). Same recipe and
 seed on every side, so equal arithmetic gives equal losses. The load average is recorded
 before and after. Writes benchmarks/results/<--name>.json (default `host-memory`).
 """
@@ -46,10 +47,8 @@ def run_side(side: str, args: argparse.Namespace, run_dir: Path) -> dict:
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     env.pop(OPT_OUT_ENV, None)
     env.pop("LD_PRELOAD", None)
-    if side == "defaults":
-        env[OPT_OUT_ENV] = "default"
-    if side == "jemalloc":
-        env["LD_PRELOAD"] = str(args.jemalloc)
+    if side != "shipped":
+        env[OPT_OUT_ENV] = side
     command = [
         sys.executable, "-m", "aiayn", "train", str(recipes_dir() / RECIPE), "--run",
         str(run_dir), "--no-progress", f"data.corpus={args.corpus.resolve()}",
@@ -63,6 +62,7 @@ def run_side(side: str, args: argparse.Namespace, run_dir: Path) -> dict:
     if os.waitstatus_to_exitcode(status) != 0:
         sys.exit(f"bench_host_memory: the {side} run failed:\n{output[-3000:]}")
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    log = (run_dir / "train.log").read_text().splitlines()
     train = [r for r in records if r["kind"] == "train"]
     valid = [r for r in records if r["kind"] == "valid"]
     spans: dict[int, list[float]] = {}
@@ -75,6 +75,9 @@ def run_side(side: str, args: argparse.Namespace, run_dir: Path) -> dict:
         "tgt_tokens_per_s_by_span": [round(statistics.mean(v)) for _, v in sorted(spans.items())],
         "last_train_loss": train[-1]["loss"],
         "last_valid_loss": valid[-1]["loss"] if valid else None,
+        "host_memory": next(
+            (line.split("host memory: ", 1)[1] for line in log if "host memory: " in line), None
+        ),
     }
 
 
@@ -92,7 +95,6 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1600)
     parser.add_argument("--minutes", type=float, default=15, help="the schedule's budget")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--jemalloc", type=Path, help="libjemalloc.so.2: race a third side")
     parser.add_argument("--pause", type=float, default=20, help="seconds between processes")
     parser.add_argument("--name", default="host-memory")
     args = parser.parse_args()
@@ -100,10 +102,8 @@ def main() -> None:
         sys.exit(f"need --steps and --rounds >= 1; got {args.steps}, {args.rounds}")
     if not (args.corpus / CORPUS_FILE).exists():
         sys.exit(f"bench_host_memory: no prepared corpus at {args.corpus}")
-    if args.jemalloc is not None and not args.jemalloc.is_file():
-        sys.exit(f"bench_host_memory: no {args.jemalloc}")
 
-    sides = ["tuned", "defaults"] + (["jemalloc"] if args.jemalloc else [])
+    sides = ["shipped", "glibc", "defaults"]
     load_before = common.load_average()
     runs: dict[str, list[dict]] = {side: [] for side in sides}
     with tempfile.TemporaryDirectory(prefix="aiayn-host-memory-") as work:
@@ -128,12 +128,13 @@ def main() -> None:
     payload = {
         "measures": [
             {
-                "system": "aiayn train, host memory tuned against PyTorch's and glibc's defaults",
+                "system": "aiayn train, host memory as shipped and with glibc, against the defaults",
                 "cell": f"the quickstart recipe, {args.steps} updates, {common.machine()}",
                 "harness": f"bench_host_memory, {args.rounds} rounds, one process at a time",
             }
         ],
         "recipe": RECIPE,
+        "threads": os.cpu_count(),  # torch's default in each process: the load it adds
         "steps": args.steps,
         "rounds": args.rounds,
         "order": order(sides, args.rounds),

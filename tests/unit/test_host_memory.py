@@ -7,6 +7,8 @@ with the defaults it is a block mapped on its own, after `keep_freed_memory` it 
 
 from __future__ import annotations
 
+import ctypes.util
+import os
 import random
 import subprocess
 import sys
@@ -127,3 +129,100 @@ def test_the_trainer_tunes_its_process_and_logs_it(monkeypatch, tmp_path):
     assert calls == [1]
     trainer.fit()
     assert "host memory: y z" in (tmp_path / "train.log").read_text()
+
+
+JEMALLOC_INSTALLED = sys.platform.startswith("linux") and bool(ctypes.util.find_library("jemalloc"))
+
+
+@pytest.fixture
+def no_exec(monkeypatch):
+    """A restart in this test process would run pytest again: any execve fails the test."""
+
+    def refuse(*args):
+        raise AssertionError(f"execve called: {args[1]}")
+
+    monkeypatch.setattr(host_memory.os, "execve", refuse)
+
+
+def test_only_the_aiayn_command_restarts(no_exec, monkeypatch):
+    monkeypatch.delenv(OPT_OUT_ENV, raising=False)
+    assert host_memory.restart_with_jemalloc() == "not started as the aiayn command"
+
+
+@pytest.mark.parametrize("choice", ["default", "glibc", " GLIBC "])
+def test_an_opted_out_command_does_not_restart(no_exec, monkeypatch, choice):
+    monkeypatch.setattr(host_memory, "_started_as_aiayn", lambda: True)
+    monkeypatch.setenv(OPT_OUT_ENV, choice)
+    assert host_memory.restart_with_jemalloc() == f"{OPT_OUT_ENV}={choice.strip().lower()}"
+
+
+def test_a_restarted_command_does_not_restart_again(no_exec, monkeypatch):
+    monkeypatch.setattr(host_memory, "_started_as_aiayn", lambda: True)
+    monkeypatch.delenv(OPT_OUT_ENV, raising=False)
+    monkeypatch.setenv(host_memory.RESTARTED_ENV, "1")
+    assert host_memory.restart_with_jemalloc() == "restarted once already"
+
+
+def test_the_restart_keeps_the_command_and_the_users_preload(monkeypatch):
+    execs = []
+    monkeypatch.setattr(host_memory.os, "execve", lambda *args: execs.append(args))
+    monkeypatch.setattr(host_memory, "_started_as_aiayn", lambda: True)
+    monkeypatch.setattr(host_memory.ctypes.util, "find_library", lambda name: "libjemalloc.so.2")
+    monkeypatch.setattr(host_memory, "jemalloc_loaded", lambda: False)
+    monkeypatch.setattr(host_memory.sys, "platform", "linux")
+    monkeypatch.setattr(host_memory.sys, "orig_argv", ["python", "-m", "aiayn", "train", "x"])
+    monkeypatch.delenv(OPT_OUT_ENV, raising=False)
+    monkeypatch.delenv(host_memory.RESTARTED_ENV, raising=False)
+    monkeypatch.setenv("LD_PRELOAD", "libmine.so")
+    with pytest.raises(AssertionError, match="unreachable"):  # the stub execve returns
+        host_memory.restart_with_jemalloc()
+    ((executable, argv, env),) = execs
+    assert executable == sys.executable
+    assert argv == ["python", "-m", "aiayn", "train", "x"]
+    assert env["LD_PRELOAD"] == "libjemalloc.so.2 libmine.so"
+    assert env[host_memory.RESTARTED_ENV] == "1"
+
+
+def test_with_jemalloc_loaded_glibcs_malloc_is_left_alone(monkeypatch):
+    calls = []
+    monkeypatch.setattr(host_memory, "keep_freed_memory", lambda: calls.append(1) or "")
+    monkeypatch.setattr(host_memory, "jemalloc_loaded", lambda: True)
+    applied = _apply({})
+    assert applied[1] == "malloc: jemalloc (preloaded)"
+    assert calls == []
+
+
+def test_glibc_keeps_the_cache_and_the_malloc_setting(no_mallopt):
+    environ = {OPT_OUT_ENV: "glibc"}
+    applied = _apply(environ)
+    assert environ[PRIMITIVE_CACHE_ENV] == str(PRIMITIVE_CACHE_CAPACITY)
+    assert applied[1] == "malloc: (not called)"
+
+
+# A process that is "the aiayn command" restarts itself once and finds jemalloc mapped in.
+RESTART_CHECK = textwrap.dedent(
+    """
+    from aiayn.training import host_memory
+    host_memory._started_as_aiayn = lambda: True
+    reason = host_memory.restart_with_jemalloc()
+    print(host_memory.jemalloc_loaded(), reason)
+    """
+)
+
+
+@pytest.mark.skipif(not JEMALLOC_INSTALLED, reason="needs libjemalloc2 (make test installs it)")
+def test_a_command_restarts_once_with_jemalloc(monkeypatch):
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in (OPT_OUT_ENV, host_memory.RESTARTED_ENV, "LD_PRELOAD")
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", RESTART_CHECK], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "True jemalloc loaded\n"  # one restart, then loaded
+    assert "True" not in subprocess.run(  # and without the restart, not loaded
+        [sys.executable, "-c", "from aiayn.training import host_memory as h; print(h.jemalloc_loaded())"],
+        capture_output=True, text=True, env=env, timeout=60,
+    ).stdout  # fmt: skip

@@ -62,6 +62,9 @@ def train(
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Train a Transformer from a recipe; checkpoints, metrics and logs go to --run."""
+    from aiayn.training.host_memory import restart_with_jemalloc
+
+    restart_with_jemalloc()  # where jemalloc is installed: this command again, with it
     import logging
 
     from aiayn.config.recipes import find_recipe
