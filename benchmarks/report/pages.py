@@ -38,6 +38,7 @@ from benchmarks.report.efficient import (
 from benchmarks.report.engine import generate, generate_engine, serve, step_overhead, translate_file
 from benchmarks.report.runs import (
     has_quickstart_runs,
+    host_memory,
     quickstart,
     train_profile,
     valid_searches,
@@ -135,6 +136,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "step-bound-xeon": lambda: step_bound("step-bound-xeon"),
     "train-profile-bf16": lambda: train_profile("train-profile-bf16"),
     "train-profile-bf16-xeon": lambda: train_profile("train-profile-bf16-xeon"),
+    "host-memory": host_memory,
 }
 
 
@@ -172,6 +174,7 @@ WHEN = {
     "efficient-attention": lambda: "efficient" in report.load("attention"),
     "train-profile-bf16": recorded("train-profile-bf16"),
     "train-profile-bf16-xeon": recorded("train-profile-bf16-xeon"),
+    "host-memory": recorded("host-memory"),
     "gpu-attention": recorded("attention-gpu"),
     "gpu-sliding-window": recorded("attention-gpu"),
     "gpu-efficient-attention": recorded("attention-gpu"),

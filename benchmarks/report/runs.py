@@ -269,3 +269,50 @@ def train_profile(name: str = "train-profile") -> str:
         f"({number(data['matmul_flops_per_step'] / 1e9)} GFLOP a step, `aiayn.training.budget`): {peaks}."
     )
     return text + "\n\n" + source(name, data)
+
+
+HOST_MEMORY_SIDES = {
+    "shipped": "as `aiayn train` runs",
+    "glibc": "`AIAYN_HOST_MEMORY=glibc`",
+    "defaults": "`AIAYN_HOST_MEMORY=default`",
+}
+
+
+def host_memory(name: str = "host-memory") -> str:
+    """A long training run as shipped, with glibc's malloc tuned, and with the defaults
+    (`benchmarks/bench_host_memory.py`): per process, minutes, memory and the rate's trace."""
+    data = report.load(name)
+    rows = []
+    for side, record in data["sides"].items():
+        for run in record["runs"]:
+            trace = run["tgt_tokens_per_s_by_span"]
+            rows.append(
+                [
+                    f"{side}: {HOST_MEMORY_SIDES.get(side, side)}",
+                    run.get("host_memory") or "",
+                    f"{run['train_minutes']:.2f}",
+                    f"{run['peak_rss_gb']:.2f}",
+                    f"{number(trace[0])} → {number(trace[-1])}",
+                ]
+            )
+    text = table(
+        [
+            "side",
+            "host memory (train.log)",
+            "training minutes",
+            "peak GB",
+            "tgt tok/s, first → last span",
+        ],
+        rows,
+        left=2,
+    )
+    speedups = "; ".join(
+        f"{side} {ratio:.2f}x" for side, ratio in data["speedup_vs_defaults"].items()
+    )
+    text += (
+        f"\n\n{data['steps']:,} updates of `{data['recipe']}` per process, one process at a time, "
+        f"in the order {', '.join(data['order'])}. Updates per training minute against the "
+        f"defaults (medians): {speedups}. The losses at the end were "
+        f"{'identical on every side' if data['losses_identical'] else 'not identical'}."
+    )
+    return text + "\n\n" + source(name, data, needs_quiet=True)
