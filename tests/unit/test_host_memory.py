@@ -226,3 +226,24 @@ def test_a_command_restarts_once_with_jemalloc(monkeypatch):
         [sys.executable, "-c", "from aiayn.training import host_memory as h; print(h.jemalloc_loaded())"],
         capture_output=True, text=True, env=env, timeout=60,
     ).stdout  # fmt: skip
+
+
+def test_a_misspelt_choice_is_refused_not_taken_as_tuning(no_exec, monkeypatch):
+    with pytest.raises(ValueError, match="AIAYN_HOST_MEMORY='defaults': expected 'glibc'"):
+        _apply({OPT_OUT_ENV: "defaults"})
+    monkeypatch.setattr(host_memory, "_started_as_aiayn", lambda: True)
+    monkeypatch.setenv(OPT_OUT_ENV, "jemalloc")
+    with pytest.raises(ValueError, match="AIAYN_HOST_MEMORY='jemalloc'"):
+        host_memory.restart_with_jemalloc()
+
+
+def test_the_cli_says_a_misspelt_choice_in_one_line(tmp_path):
+    env = {**os.environ, OPT_OUT_ENV: "defaults"}
+    done = subprocess.run(
+        [sys.executable, "-m", "aiayn", "train", "tiny-test", "--run", str(tmp_path / "run")],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.startswith("aiayn: error: AIAYN_HOST_MEMORY='defaults': expected")
+    assert len(done.stderr.splitlines()) == 1
+    assert not (tmp_path / "run").exists()

@@ -54,6 +54,18 @@ class OneLineErrors(TyperGroup):
             raise fail(err) from None
 
 
+def restart_with_jemalloc() -> None:
+    """A training command's first step: `aiayn.training.host_memory.restart_with_jemalloc`
+    (this command again with jemalloc preloaded, where installed); a bad
+    AIAYN_HOST_MEMORY is a one-line error."""
+    from aiayn.training import host_memory
+
+    try:
+        host_memory.restart_with_jemalloc()
+    except ValueError as err:
+        raise fail(err) from None
+
+
 def utf8(param: typer.CallbackParam, value):
     """Refuse a text argument that is not UTF-8, by name (exit 1).
 

@@ -13,6 +13,7 @@ from aiayn.cli.common import (
     BeamOpt,
     command,
     fail,
+    restart_with_jemalloc,
     utf8,
     warnings_to_stderr,
 )
@@ -91,8 +92,6 @@ def quickstart(
     ] = None,
 ) -> None:
     """The demo: prepare the Bible (English -> Spanish), train, evaluate, translate, plot."""
-    from aiayn.training.host_memory import restart_with_jemalloc
-
     restart_with_jemalloc()  # where jemalloc is installed: this command again, with it
     from aiayn.apps.quickstart import QuickstartConfig, default_device, run_quickstart
     from aiayn.data.bible import SwordModuleMissing

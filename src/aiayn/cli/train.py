@@ -18,6 +18,7 @@ from aiayn.cli.common import (
     command,
     fail,
     load_translator,
+    restart_with_jemalloc,
     split_files,
     utf8,
     warnings_to_stderr,
@@ -62,8 +63,6 @@ def train(
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Train a Transformer from a recipe; checkpoints, metrics and logs go to --run."""
-    from aiayn.training.host_memory import restart_with_jemalloc
-
     restart_with_jemalloc()  # where jemalloc is installed: this command again, with it
     import logging
 

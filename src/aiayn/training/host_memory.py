@@ -81,9 +81,22 @@ def _apply(environ: os._Environ | dict[str, str]) -> list[str]:
     return applied
 
 
+CHOICES = ("", "glibc", "default")  # AIAYN_HOST_MEMORY: everything, no jemalloc, nothing
+
+
 def _choice(environ: os._Environ | dict[str, str]) -> str:
-    """AIAYN_HOST_MEMORY, lowercased: "" (everything), "glibc" or "default"."""
-    return environ.get(OPT_OUT_ENV, "").strip().lower()
+    """AIAYN_HOST_MEMORY, lowercased: "" (everything), "glibc" or "default".
+
+    Raises:
+        ValueError: any other value (a misspelt opt-out must not tune silently).
+    """
+    choice = environ.get(OPT_OUT_ENV, "").strip().lower()
+    if choice not in CHOICES:
+        raise ValueError(
+            f"{OPT_OUT_ENV}={environ[OPT_OUT_ENV]!r}: expected 'glibc' (no jemalloc) or "
+            "'default' (PyTorch's and glibc's defaults), or unset"
+        )
+    return choice
 
 
 def jemalloc_loaded() -> bool:
