@@ -390,7 +390,7 @@ def other_goals() -> list[Goal]:
     for index, (recorded, key) in enumerate(quickstart):
         # one row each per machine recorded; the first machine's rows keep the plain names
         suffix = f"-{index + 1}" if index else ""
-        place = f"on {key[4]}" if len(quickstart) > 1 else "on the CPU"
+        place = f"on {key[4]}"  # the machine, even where one is recorded
         work = f"the quickstart, {key[0]} as packaged, 15 minutes {place}"
         bleu = tuple(d["results"]["bleu"] for _, d in recorded)
         files = tuple(name for name, _ in recorded)
