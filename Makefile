@@ -71,7 +71,8 @@ browser:
 	fi
 
 # Training runs with jemalloc where it is installed (aiayn.training.host_memory): on the
-# quickstart's recipe it made 1.55x the updates a minute of glibc's defaults. Installed
+# quickstart's recipe, with the raised kernel cache, it made 1.63x the updates a minute of
+# PyTorch's and glibc's defaults (benchmarks/results/host-memory.json). Installed
 # when we are root; otherwise training keeps glibc's malloc (tuned) and says so in its log.
 # Under CI=true it must be there: its test checks the restart with it.
 allocator:

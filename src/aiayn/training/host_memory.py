@@ -117,10 +117,13 @@ def restart_with_jemalloc() -> str:
     """
     if not _started_as_aiayn():
         return "not started as the aiayn command"
-    if _choice(os.environ) in ("default", "glibc"):
-        return f"{OPT_OUT_ENV}={_choice(os.environ)}"
-    if os.environ.get(RESTARTED_ENV) or jemalloc_loaded():
-        return "jemalloc loaded" if jemalloc_loaded() else "restarted once already"
+    choice = _choice(os.environ)
+    if choice:
+        return f"{OPT_OUT_ENV}={choice}"
+    if jemalloc_loaded():
+        return "jemalloc loaded"
+    if os.environ.get(RESTARTED_ENV):
+        return "restarted once already"
     if not sys.platform.startswith("linux") or ctypes.util.find_library("jemalloc") is None:
         return f"{JEMALLOC} not installed (Debian: apt-get install libjemalloc2)"
     preload = " ".join(filter(None, [JEMALLOC, os.environ.get("LD_PRELOAD", "")]))
