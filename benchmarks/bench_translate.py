@@ -11,12 +11,20 @@ included, the same for every system):
   `--max-tokens` 4096 source tokens, each decoded until its longest sentence ends;
 - `continuous-N`: `--continuous N`, N sentences at once, each taking a free slot at
   the next step as another finishes;
-- `continuous-compiled-N`: the same with `--compile` (its compilation inside the time).
+- `continuous-compiled-N`: the same with `--compile` (its compilation inside the time);
+- `default`: no option at all, what a user gets: the decoder `aiayn translate` chooses
+  from the committed measurements (`aiayn.apps.decoder_choice`) and `--dtype auto` (the
+  faster of float32 and bfloat16, timed on the first batch);
+- `SYSTEM:DTYPE` (`batches:bfloat16`, `continuous-32:int8`): SYSTEM in that `--dtype`;
+- with `--baseline DIR` (a checkout of an earlier commit, e.g. a `git worktree`), also
+  `batches@COMMIT`: that checkout's `aiayn translate` in sorted batches, float32.
 
-The values of N are fixed before the run (default 8 and 32). The systems take turns round by round, with
-OpenMP's passive waiting. Reported: sentences/s (median over rounds), the ratio to
-`batches`, BLEU of each output against the references (sacreBLEU), and how many
-lines equal `batches`' output. Writes results/translate.json.
+Every other system runs in float32 (AIAYN_DTYPE), settings fixed before the run. The
+values of N are fixed before the run (default 8 and 32). The systems take turns round
+by round, one process at a time, no OpenMP wait policy forced. Reported: sentences/s
+(median over rounds), the ratio to `batches`, BLEU of each output against the
+references (sacreBLEU), and how many lines equal `batches`' output. Writes
+results/translate.json.
 """
 
 from __future__ import annotations
@@ -32,32 +40,70 @@ from pathlib import Path
 from benchmarks import common
 
 SYSTEMS = ("batches", "continuous-8", "continuous-32", "continuous-compiled-32")
+DTYPES = ("float32", "bfloat16", "int8")
 
 
 def options(system: str) -> list[str]:
-    """The `aiayn translate` options of `system`: "batches", "continuous-N" or
-    "continuous-compiled-N"."""
-    if system == "batches":
+    """The `aiayn translate` options of `system` (see the module's list), without its
+    dtype and baseline.
+
+    Raises:
+        ValueError: a system that is none of those.
+    """
+    name, _, dtype = system.partition(":")
+    name = name.partition("@")[0]
+    if dtype and dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r} in {system!r}: one of {', '.join(DTYPES)}")
+    if name in ("batches", "default"):
+        if name == "default" and dtype:
+            raise ValueError("the default system takes no dtype: it is --dtype auto")
         return []
-    kind, _, slots = system.rpartition("-")
+    kind, _, slots = name.rpartition("-")
     if kind not in ("continuous", "continuous-compiled") or not slots.isdigit():
-        raise ValueError(f"unknown system {system!r}: batches, continuous-N, continuous-compiled-N")
+        raise ValueError(
+            f"unknown system {system!r}: batches, continuous-N, continuous-compiled-N, "
+            "default, with :DTYPE"
+        )
     return ["--continuous", slots, *(["--compile"] if kind == "continuous-compiled" else [])]
 
 
-def translate(run: Path, source: Path, out: Path, system: str, args, threads: int) -> float:
+def environment(system: str, threads: int, baselines: dict[str, Path]) -> dict[str, str]:
+    """The environment of `system`'s process: its threads, its dtype (float32 unless it
+    names one; none for `default`) and, for `batches@COMMIT`, that checkout's sources."""
+    # one process at a time, each exited before the next starts: no wait policy forced
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    name, _, dtype = system.partition(":")
+    env.pop("AIAYN_DTYPE", None)
+    if name != "default":
+        # settings fixed before the run, not `--dtype auto`'s timing (issue 41), which
+        # may pick bf16 run to run
+        env["AIAYN_DTYPE"] = dtype or "float32"
+    if "@" in name:
+        checkout = baselines[name.partition("@")[2]]
+        env["PYTHONPATH"] = os.pathsep.join([str(checkout / "src"), str(checkout)])
+    return env
+
+
+def translate(run: Path, source: Path, out: Path, system: str, args, env: dict) -> float:
     """Seconds `aiayn translate` took for `source` into `out`."""
     command = [sys.executable, "-m", "aiayn", "translate", str(run), "-i", str(source)]
     command += ["-o", str(out), "--beam", str(args.beam), "--alpha", str(args.alpha)]
     command += options(system)
-    # one process at a time, each exited before the next starts: no wait policy forced
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    # float32 unless the system's options say otherwise (--dtype): settings fixed before
-    # the run, not `--dtype auto`'s timing (issue 41), which may pick bf16 run to run
-    env.setdefault("AIAYN_DTYPE", "float32")
     began = time.perf_counter()
     subprocess.run(command, env=env, check=True, stderr=subprocess.DEVNULL)
     return time.perf_counter() - began
+
+
+def baseline_systems(paths: list[Path]) -> dict[str, Path]:
+    """{short commit: checkout} of each `--baseline` checkout."""
+    found = {}
+    for path in paths:
+        commit = subprocess.run(
+            ["git", "-C", str(path), "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        found[commit] = path.resolve()
+    return found
 
 
 def main() -> None:
@@ -73,8 +119,16 @@ def main() -> None:
     parser.add_argument("--threads", default="2", help="thread counts, in turn")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--results", default="translate")
+    parser.add_argument(
+        "--baseline", type=Path, action="append", default=[],
+        help="a checkout of an earlier commit: adds its `batches` as batches@COMMIT",
+    )  # fmt: skip
     args = parser.parse_args()
     systems = args.systems.split(",")
+    for system in systems:
+        options(system)  # an unknown name fails before anything runs
+    baselines = baseline_systems(args.baseline)
+    systems += [f"batches@{commit}" for commit in baselines]
     source, reference = common.test_files(args.run)
     refs = read_lines(reference)
     n = len(read_lines(source))
@@ -86,7 +140,8 @@ def main() -> None:
             for r in range(args.rounds):
                 for system in systems[r % len(systems) :] + systems[: r % len(systems)]:
                     out = Path(tmp) / f"{system}-{threads}.txt"
-                    times[system].append(translate(args.run, source, out, system, args, threads))
+                    env = environment(system, threads, baselines)
+                    times[system].append(translate(args.run, source, out, system, args, env))
                     outputs[system] = read_lines(out)
             base = outputs.get("batches")
             for system in systems:
@@ -132,7 +187,9 @@ def main() -> None:
             "rounds": args.rounds,
             "method": "each system a `python -m aiayn translate` process, timed start to exit, "
             "taking turns round by round (order rotated), one process at a time, no "
-            "OpenMP wait policy forced",
+            "OpenMP wait policy forced; float32 unless a system names its dtype, "
+            "`default` with none (--dtype auto) and the decoder aiayn chooses",
+            "baselines": {commit: str(path) for commit, path in baselines.items()},
             "cells": cells,
         },
     )

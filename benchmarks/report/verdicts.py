@@ -266,12 +266,7 @@ def engine_goals() -> list[Goal]:
                  tuple(served.values()), rule="best")
         )  # fmt: skip
     if exists(ENGINE_FILES["translate"]):
-        cells = report.load(ENGINE_FILES["translate"])["cells"]
-        values = tuple(c["speedup_vs_batches"] for c in cells if c["system"] != "batches")
-        goals.append(
-            Goal("translate-file", "translating a file, beam 8", "continuous engine / batches",
-                 "fp32", values, 2.0, (ENGINE_FILES["translate"],))
-        )  # fmt: skip
+        goals += translate_file_goals(report.load(ENGINE_FILES["translate"])["cells"])
     goals += generate_goals()
     if exists(ENGINE_FILES["overhead"]):
         by = {
@@ -285,6 +280,38 @@ def engine_goals() -> list[Goal]:
                     Goal(f"step-{peer.removeprefix('ct2-')}", "decoding step, batch 1",
                          "CTranslate2's whole step / aiayn's step outside GEMM", precision,
                          (whole / outside,), 1.0, (ENGINE_FILES["overhead"],))
+                )  # fmt: skip
+    return goals
+
+
+def translate_file_goals(cells: list[dict]) -> list[Goal]:
+    """A file through `aiayn translate` (bench_translate.py): issue 29's engine against
+    sorted batches (2x); issue 44's default path (no option: the decoder and --dtype aiayn
+    chooses) against the best of sorted batches and the engine (1x) and against the
+    earlier commit's sorted batches (`batches@COMMIT`, 1.5x), the same threads."""
+    name = ENGINE_FILES["translate"]
+    files = (name,)
+    engines = [c for c in cells if c["system"].startswith("continuous-") and ":" not in c["system"]]
+    goals = [
+        Goal("translate-file", "translating a file, beam 8", "continuous engine / batches",
+             "fp32", tuple(c["speedup_vs_batches"] for c in engines), 2.0, files)
+    ]  # fmt: skip
+    by = {(c.get("threads"), c["system"]): c for c in cells}
+    for threads in sorted({t for t, s in by if s == "default"}):
+        default = by[threads, "default"]["times_s"]  # the same rounds as every system's
+        plain = [c for (t, s), c in by.items() if t == threads and (s == "batches" or c in engines)]
+        work = f"translating a file, beam 8, {threads} threads, the default path"
+        if plain:
+            best = max(plain, key=lambda c: c["sentences_per_s"])
+            goals.append(
+                Goal(f"translate-default-{threads}", work, "default / the best of batches and the engine",
+                     "as chosen", (per_round_ratio(best["times_s"], default),), 1.0, files)
+            )  # fmt: skip
+        for (t, s), c in by.items():
+            if t == threads and s.startswith("batches@"):
+                goals.append(
+                    Goal(f"translate-vs-before-{threads}", work, f"default / {s.partition('@')[2]}'s batches",
+                         "as chosen", (per_round_ratio(c["times_s"], default),), 1.5, files)
                 )  # fmt: skip
     return goals
 

@@ -306,6 +306,30 @@ def test_serving_goals_are_met_by_either_server_and_a_file_by_every_setting(resu
     assert goals["serve-16"].values == (4.0, 0.0) and goals["serve-16"].met is False
 
 
+def test_the_default_path_goals_divide_per_round_by_the_best_plain_path_and_the_commit_before(
+    results,
+):
+    def cell(system, times, threads=2, speedup=None):
+        return dict(system=system, threads=threads, times_s=times, speedup_vs_batches=speedup,
+                    sentences_per_s=296 / sorted(times)[1])  # fmt: skip
+
+    cells = [cell("batches", [10.0, 12.0, 11.0]), cell("continuous-32", [9.0] * 3, speedup=1.2)]
+    cells += [cell("batches:int8", [1.0, 1.0, 1.0])]  # another dtype: neither plain nor engine
+    cells += [cell("batches@4900a20", [15.0, 16.0, 14.0]), cell("default", [6.0, 8.0, 7.0])]
+    cells += [cell("batches", [5.0, 5.0, 5.0], threads=1)]  # no default at 1 thread: no goal
+    write(results, "translate", {"cells": cells})
+    goals = {g.name: g for g in verdicts.engine_goals()}
+    # the best plain path is the engine (9 s): 9/6, 9/8, 9/7 -> median 9/7
+    assert goals["translate-default-2"].values == pytest.approx((9 / 7,))
+    assert goals["translate-default-2"].met is True
+    # against the commit before: 15/6, 16/8, 14/7 -> median 2.5/2.0/2.0 -> 2.0
+    assert goals["translate-vs-before-2"].values == pytest.approx((2.0,))
+    assert "4900a20's batches" in goals["translate-vs-before-2"].compared
+    assert not any(name.endswith("-1") for name in goals if name.startswith("translate-"))
+    # issue 29's goal still reads the float32 engines only
+    assert goals["translate-file"].values == (1.2,)
+
+
 def test_the_batch_1_overhead_goal_divides_ct2s_whole_step_by_aiayns_time_outside_gemm(results):
     overhead = {
         "results": [

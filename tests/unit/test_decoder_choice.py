@@ -96,6 +96,23 @@ def test_a_machine_reporting_the_engine_slower_does_not_get_it_and_faster_does(t
     assert choose_decoder(Use.FILE, 4, 2, speeds_from_results(tie)).continuous == 0
 
 
+def test_only_float32_batches_and_engines_are_read_from_a_file_race(tmp_path):
+    # bench_translate's other systems (compiled, another dtype, an earlier commit, the
+    # default) are not decoders to choose between: they are skipped, not misread
+    race = {
+        "batches": 40.0,
+        "continuous-32": 30.0,
+        "continuous-compiled-32": 90.0,
+        "continuous-32:bfloat16": 80.0,
+        "batches:int8": 70.0,
+        "batches@4900a20": 20.0,
+        "default": 60.0,
+    }
+    speeds = speeds_from_results(file_results(tmp_path / "race.json", 8, 2, race))
+    assert sorted((s.continuous, s.sentences_per_s) for s in speeds) == [(0, 40.0), (32, 30.0)]
+    assert choose_decoder(Use.FILE, 8, 2, speeds).continuous == 0
+
+
 def test_the_nearest_measured_setting_decides():
     def speed(continuous: int, beam: int, threads: int, value: float, clients: int = 0):
         use = Use.SERVE if clients else Use.FILE

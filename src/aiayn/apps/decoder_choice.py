@@ -87,9 +87,10 @@ def _file_speeds(path: Path, data: dict) -> list[DecoderSpeed]:
     speeds = []
     for cell in data["cells"]:
         system = cell["system"]
-        if system != "batches" and not system.startswith("continuous-"):
-            continue  # another system of the race
-        continuous = 0 if system == "batches" else int(system.removeprefix("continuous-"))
+        slots = system.removeprefix("continuous-")
+        if system != "batches" and not (system.startswith("continuous-") and slots.isdigit()):
+            continue  # another system of the race: compiled, another dtype, a baseline
+        continuous = 0 if system == "batches" else int(slots)
         speeds.append(
             DecoderSpeed(
                 Use.FILE,
