@@ -15,7 +15,14 @@ arrivals per client) and sends the next. The sentences are the run's test split
 Reported per cell: sentences/s answered, latency percentiles (request sent to
 answer received), the mean batch size (from the server's /metrics) and requests
 refused with 429. The ratio column is batching's sentences/s over one-at-a-time's
-at the same number of clients. Writes benchmarks/results/serve.json.
+at the same number of clients.
+
+With `--offline`, the scheduling limit too (issue 44's goal: a server under load within
+90% of it): every sentence once through `aiayn translate` at the same beam and threads,
+in sorted batches and through the engine (`--continuous 32`), each timed start to exit
+less the same command's time for one sentence (start and loading), the median of
+`--rounds`; reported as "offline" cells, the best of the two beside the servers'.
+Writes benchmarks/results/serve.json.
 """
 
 from __future__ import annotations
@@ -159,6 +166,52 @@ def measure(servers: dict[str, ServerProcess], sentences: list[str], n: int, arg
     return {mode: tally.summary() for mode, tally in tallies.items()}
 
 
+OFFLINE = {
+    "offline, sorted batches": ["--continuous", "0"],
+    "offline, continuous 32": ["--continuous", "32"],
+}
+
+
+def offline_seconds(run: Path, lines: list[str], options: list[str], args, tmp: Path) -> float:
+    """Seconds `aiayn translate` takes for `lines` (beam, threads and float32 as the
+    servers), start to exit."""
+    source, out = tmp / "source.txt", tmp / "out.txt"
+    source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    command = [sys.executable, "-m", "aiayn", "translate", str(run), "-i", str(source)]
+    command += ["-o", str(out), "--beam", str(args.beam), *options]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    env.setdefault("AIAYN_DTYPE", "float32")
+    began = time.perf_counter()
+    subprocess.run(command, env=env, check=True, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - began
+
+
+def offline_cells(run: Path, sentences: list[str], args) -> list[dict]:
+    """The scheduling limit: each sentence once, offline, per decoder (see the module)."""
+    import tempfile
+
+    cells = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, options in OFFLINE.items():
+            rates = []
+            for _ in range(args.rounds):
+                whole = offline_seconds(run, sentences, options, args, Path(tmp))
+                one = offline_seconds(run, sentences[:1], options, args, Path(tmp))
+                rates.append(offline_rate(len(sentences), whole, one))
+            cells.append(
+                dict(server=name, clients=0, sentences_per_s=statistics.median(rates), speedup=None)
+            )
+    return cells
+
+
+def offline_rate(sentences: int, whole_s: float, one_s: float) -> float:
+    """Sentences a second of the decoding alone: `sentences` took `whole_s` from start to
+    exit, one sentence `one_s` (start, loading and that sentence)."""
+    if whole_s <= one_s:
+        raise ValueError(f"{sentences} sentences took {whole_s:.2f} s, one took {one_s:.2f} s")
+    return (sentences - 1) / (whole_s - one_s)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, required=True, help="the model to serve")
@@ -177,6 +230,9 @@ def main() -> None:
         help="the batching server batches continuously, N sentences at once",
     )
     parser.add_argument("--results", default="serve", help="results file name")
+    parser.add_argument(
+        "--offline", action="store_true", help="also the same sentences offline (see above)"
+    )
     args = parser.parse_args()
 
     if args.sentences is not None:
@@ -218,6 +274,11 @@ def main() -> None:
     finally:
         for server in servers.values():
             server.stop()
+    if args.offline:  # after the servers have exited: one process at a time
+        for cell in offline_cells(args.run, sentences, args):
+            print(cell, file=sys.stderr)
+            cells.append(cell)
+            rows.append([0, cell["server"], cell["sentences_per_s"], *[""] * 6])
 
     headers = ["clients", "server", "sentences/s", "p50 ms", "p95 ms", "p99 ms", "mean batch",
                "429s", "vs one at a time"]  # fmt: skip

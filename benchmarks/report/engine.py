@@ -12,20 +12,14 @@ from benchmarks.report import number, ratio, source, table
 def serve(name: str) -> str:
     """bench_serve.py: the batching server against one at a time, per number of clients."""
     data = report.load(name)
-    rows = [
-        [
-            str(c["clients"]),
-            c["server"],
-            number(c["sentences_per_s"]),
-            number(c["p50_ms"]),
-            number(c["p95_ms"]),
-            number(c["p99_ms"]),
-            number(c["mean_batch"]),
-            str(c["refused_429"]),
-            ratio(c["speedup"]),
-        ]
-        for c in data["cells"]
-    ]
+    rows = []
+    for c in data["cells"]:
+        # an offline cell (--offline) has a rate only: no clients, latencies or batches
+        shown = [number(c[k]) if k in c else "" for k in ("p50_ms", "p95_ms", "p99_ms")]
+        shown += [number(c["mean_batch"]) if "mean_batch" in c else ""]
+        shown += [str(c.get("refused_429", "")), ratio(c["speedup"]) if c["speedup"] else ""]
+        clients = str(c["clients"]) if c["clients"] else "offline"
+        rows.append([clients, c["server"], number(c["sentences_per_s"]), *shown])
     headers = ["clients", "server", "sentences/s", "p50 ms", "p95 ms", "p99 ms", "mean batch"]
     headers += ["429s", "vs one at a time"]
     batching = (

@@ -79,10 +79,11 @@ def valid_variants(name: str = "valid-sweep") -> str:
     return "\n\n".join([table(headers, lines, left=2), notes, source(name, data, timed=False)])
 
 
-def valid_searches() -> str:
-    """Valid BLEU of the recipe's runs under each beam and length penalty."""
-    data = report.load("valid-sweep")
-    runs = [run for run in data["runs"] if not run["overrides"]]
+def valid_searches(name: str = "valid-sweep", overrides: tuple[str, ...] = ()) -> str:
+    """Valid BLEU under each beam and length penalty of the runs with `overrides` (none:
+    the recipe's runs as the file's recipe version had it)."""
+    data = report.load(name)
+    runs = [run for run in data["runs"] if tuple(run["overrides"]) == overrides]
     searches = [(s["beam"], s["alpha"]) for s in runs[0]["searches"]] if runs else []
     lines = []
     for beam, alpha in searches:
@@ -93,10 +94,9 @@ def valid_searches() -> str:
             [search + mark, *[f"{v:.2f}" for v in scores], f"{statistics.median(scores):.2f}"]
         )
     headers = ["search", *[f"seed {r['seed']}" for r in runs], "median"]
-    notes = "The recipe's runs of the table above, valid split, the same weights."
-    return "\n\n".join(
-        [table(headers, lines, left=1), notes, source("valid-sweep", data, timed=False)]
-    )
+    which = f"The runs with {', '.join(overrides)}" if overrides else "The recipe's runs"
+    notes = f"{which} of the table above, valid split, the same weights."
+    return "\n\n".join([table(headers, lines, left=1), notes, source(name, data, timed=False)])
 
 
 # `benchmarks/record_quickstart.py` writes these; the release step (`benchmarks/release.py`)

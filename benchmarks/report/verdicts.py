@@ -40,6 +40,8 @@ ENGINE_FILES = {
 # puts on it (bench_step_bound.py), fp32 and int8.
 STEP_BOUND, STEP_BOUND_GOAL = "step-bound", 1.3
 AIAYN_STEPS = ("cache", "static", "compiled", "aoti")  # bench_static_step's aiayn systems
+# Issue 44's serving limit (bench_serve --offline): the servers on the AMX Xeon.
+SERVE_LIMIT_FILES = ("serve-dynamic-xeon", "serve-continuous-xeon")
 # Issue 29's serving goal at 16 clients asks a p99 latency under a second too.
 SERVE_P99_MS = 1000.0
 # GPT generation: the cells of the older runs, each cell read from its newest file.
@@ -264,6 +266,19 @@ def engine_goals() -> list[Goal]:
         goals.append(
             Goal(f"serve-{clients}", work, compared, "fp32", values, goal,
                  tuple(served.values()), rule="best")
+        )  # fmt: skip
+    limited = [*served.values(), *(name for name in SERVE_LIMIT_FILES if exists(name))]
+    limits = [
+        c["sentences_per_s"] / max(o["sentences_per_s"] for o in offline)
+        for name in limited
+        if (offline := [c for c in report.load(name)["cells"] if c["server"].startswith("offline")])
+        for c in report.load(name)["cells"]
+        if c["clients"] == 64 and c["server"] == "batching"
+    ]
+    if limits:  # issue 44: under load, within 90% of the same sentences offline
+        goals.append(
+            Goal("serve-limit", "serving, 64 clients", "server / the best offline decoder",
+                 "fp32", tuple(limits), 0.9, tuple(limited), rule="best")
         )  # fmt: skip
     if exists(ENGINE_FILES["translate"]):
         goals += translate_file_goals(report.load(ENGINE_FILES["translate"])["cells"])

@@ -306,6 +306,18 @@ def test_serving_goals_are_met_by_either_server_and_a_file_by_every_setting(resu
     assert goals["serve-16"].values == (4.0, 0.0) and goals["serve-16"].met is False
 
 
+def test_the_serving_limit_divides_64_clients_by_the_best_offline_decoder(results):
+    cells = [dict(clients=64, server="batching", speedup=3.0, p99_ms=900.0, sentences_per_s=45.0)]
+    cells += [dict(clients=64, server="one at a time", speedup=1.0, sentences_per_s=15.0)]
+    offline = [dict(clients=0, server="offline, sorted batches", sentences_per_s=50.0)]
+    offline += [dict(clients=0, server="offline, continuous 32", sentences_per_s=40.0)]
+    write(results, "serve-dynamic", {"cells": cells + offline})
+    write(results, "serve-continuous-groups", {"cells": cells})  # no offline: no value
+    goals = {g.name: g for g in verdicts.engine_goals()}
+    assert goals["serve-limit"].values == (0.9,) and goals["serve-limit"].met is True
+    assert goals["serve-64"].values == (3.0, 3.0)  # the offline cells are no server's
+
+
 def test_the_default_path_goals_divide_per_round_by_the_best_plain_path_and_the_commit_before(
     results,
 ):
