@@ -286,6 +286,20 @@ def main() -> None:
     path = common.write_json(
         args.results,
         {
+            "measures": [
+                {
+                    "system": "the batching server against one sentence at a time, "
+                    + (
+                        f"the engine (--continuous {args.continuous})"
+                        if args.continuous
+                        else f"dynamic batcher (--max-wait-ms {args.max_wait_ms:g})"
+                    )
+                    + (", and the same sentences offline" if args.offline else ""),
+                    "cell": f"{args.run}, beam {args.beam}, {args.clients} clients, "
+                    f"{args.threads} torch thread(s), {common.machine()}",
+                    "harness": "bench_serve",
+                }
+            ],
             "run": str(args.run),
             "sentences": str(args.sentences) if args.sentences else "test split of the run",
             "seconds_per_cell": args.seconds,

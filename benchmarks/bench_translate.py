@@ -181,6 +181,14 @@ def main() -> None:
     path = common.write_json(
         args.results,
         {
+            "measures": [
+                {
+                    "system": f"aiayn translate of a file: {', '.join(systems)}",
+                    "cell": f"{args.run}, its test split, beam {args.beam}, alpha "
+                    f"{args.alpha:g}, {args.threads} thread(s), {common.machine()}",
+                    "harness": "bench_translate",
+                }
+            ],
             "run": str(args.run),
             "beam": args.beam,
             "alpha": args.alpha,

@@ -68,7 +68,7 @@ def test_measured_is_what_the_committed_results_files_say():
 
 
 def test_the_committed_results_keep_todays_plain_defaults():
-    # translate.json: batches 39.3 against the engine's 31.5 at beam 8, 2 threads;
+    # translate.json: batches 39.1 against the engine's 38.4 at beam 8, 2 threads;
     # serve: the dynamic batcher 59.2 against 47.8 at 64 clients
     for beam, threads in ((8, 2), (4, 1), (1, 2)):
         assert choose_decoder(Use.FILE, beam, threads).continuous == 0
