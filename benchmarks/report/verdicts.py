@@ -268,13 +268,15 @@ def engine_goals() -> list[Goal]:
                  tuple(served.values()), rule="best")
         )  # fmt: skip
     limited = [*served.values(), *(name for name in SERVE_LIMIT_FILES if exists(name))]
-    limits = [
-        c["sentences_per_s"] / max(o["sentences_per_s"] for o in offline)
-        for name in limited
-        if (offline := [c for c in report.load(name)["cells"] if c["server"].startswith("offline")])
-        for c in report.load(name)["cells"]
-        if c["clients"] == 64 and c["server"] == "batching"
-    ]
+    limits = []
+    for name in limited:
+        cells = report.load(name)["cells"]
+        offline = [c["sentences_per_s"] for c in cells if c["server"].startswith("offline")]
+        limits += [
+            c["sentences_per_s"] / max(offline)
+            for c in cells
+            if offline and c["clients"] == 64 and c["server"] == "batching"
+        ]
     if limits:  # issue 44: under load, within 90% of the same sentences offline
         goals.append(
             Goal("serve-limit", "serving, 64 clients", "server / the best offline decoder",
@@ -304,8 +306,7 @@ def translate_file_goals(cells: list[dict]) -> list[Goal]:
     sorted batches (2x); issue 44's default path (no option: the decoder and --dtype aiayn
     chooses) against the best of sorted batches and the engine (1x) and against the
     earlier commit's sorted batches (`batches@COMMIT`, 1.5x), the same threads."""
-    name = ENGINE_FILES["translate"]
-    files = (name,)
+    files = (ENGINE_FILES["translate"],)
     engines = [c for c in cells if c["system"].startswith("continuous-") and ":" not in c["system"]]
     goals = [
         Goal("translate-file", "translating a file, beam 8", "continuous engine / batches",
