@@ -10,19 +10,26 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file, safe_open, save_file
 from typer.testing import CliRunner
 
 from aiayn import ModelConfig, Transformer
 from aiayn.cli import app
+from aiayn.io import checkpoint
 from aiayn.io.checkpoint import (
     CONFIG_KEY,
+    config_size_bound,
     load_model,
     read_config,
     resolve_weights,
     save_model,
     step_checkpoints,
 )
+from aiayn.models import build_model
+from aiayn.models.registry import SHAPES
+from aiayn.nn.kernels import KERNELS
+from aiayn.nn.positions.base import POSITIONS
 from infer_helpers import shape_runs
 
 
@@ -121,4 +128,55 @@ def test_a_model_not_built_on_the_meta_device_is_held_to_a_lower_bound(tmp_path)
         metadata = dict(f.metadata())
     save_file(load_file(str(weights)), str(weights), {**metadata, CONFIG_KEY: json.dumps(values)})
     with pytest.raises(ValueError, match=rf"{weights}: .*vocab_size={10**11}.* needs at least"):
+        load_model(weights)
+
+
+def numbers_held(model) -> int:
+    """Every number a model holds: its parameters and all its buffers, stored or not."""
+    return sum(t.numel() for t in [*model.parameters(), *model.buffers()])
+
+
+@pytest.mark.parametrize("architecture", SHAPES.names())
+@pytest.mark.parametrize("attention", KERNELS.names())
+def test_the_size_bound_exceeds_every_shape_and_kernels_real_count(architecture, attention):
+    built = 0
+    for positional in POSITIONS.names():
+        for extra in ({}, {"n_kv_heads": 2, "d_k": 24, "activation": "swish"}):
+            cfg = ModelConfig.tiny(
+                300, architecture=architecture, attention=attention, positional=positional,
+                d_ff=48, max_len=40, output_bias=True, tie_embeddings=False, tie_output=False,
+                **extra,
+            )  # fmt: skip
+            try:
+                model = build_model(cfg)
+            except ValueError:  # a combination the shape or kernel refuses (alibi's bias)
+                continue
+            assert numbers_held(model) <= config_size_bound(cfg), (positional, extra)
+            built += 1
+    assert built >= 4 or attention != "sdpa"  # sdpa takes every shape and position scheme
+
+
+def test_a_sound_file_is_built_once_and_never_on_the_meta_device(runs, monkeypatch):
+    devices = []
+
+    def spy(cfg):
+        devices.append(torch.get_default_device().type)
+        return build_model(cfg)
+
+    monkeypatch.setattr(checkpoint, "build_model", spy)
+    weights = resolve_weights(runs["mt"])
+    assert load_model(weights).cfg == read_config(weights)
+    assert devices == ["cpu"]
+    values = read_config(weights).to_dict() | {"vocab_size": 10**11}
+    _, bad = damaged(runs["mt"], runs["mt"].parent / "spied", json.dumps(values))
+    with pytest.raises(ValueError, match="stores it as"):
+        load_model(bad)
+    assert devices == ["cpu", "meta"]  # refused from the shapes alone
+
+
+def test_a_config_within_the_files_size_but_of_other_shapes_is_refused_by_name(runs, tmp_path):
+    values = read_config(resolve_weights(runs["mt"])).to_dict()
+    values["d_ff"] = values["d_ff"] // 2
+    _, weights = damaged(runs["mt"], tmp_path, json.dumps(values))
+    with pytest.raises(ValueError, match=rf"{weights}: .*linear.*of shape .*stores it as"):
         load_model(weights)

@@ -137,17 +137,25 @@ def read_config(path: str | Path) -> ModelConfig:
         ) from None
 
 
-def check_sizes(cfg: ModelConfig, path: str | Path) -> None:
-    """Refuse a config whose tensors are not the sizes the weights file stores, before
-    any memory is allocated for them (a damaged config's vocab_size of 1e11 would
-    otherwise ask for terabytes).
+def build_checked(cfg: ModelConfig, path: str | Path) -> nn.Module:
+    """Build the model `cfg` describes, refusing a config whose tensors are not the sizes
+    the weights file stores, and doing so before any memory is allocated for a config
+    far larger than the file (a damaged config's vocab_size of 1e11 would otherwise
+    ask for terabytes).
 
-    The model is built on the meta device (shapes only, no storage) and each tensor
-    the file stores is compared with the model's of the same name; missing and extra
-    names are left to the loading itself. A model that cannot be built there (a module
-    that needs real values to be made, as Performer's seeded directions) is held to a
-    lower bound instead: the file stores at least its token embedding and one
-    feed-forward matrix, vocab_size x d_model + d_ff x d_model numbers.
+    A config whose size (`affordable`, an over-estimate from its fields) is within a few
+    times the numbers the file holds is built at once, and each tensor the file stores
+    is compared with the model's of the same name. Any other is first built on the meta
+    device (shapes only, no storage) and compared there: that way costs about a second
+    in every process, the first meta-device operations importing torch's reference
+    implementations, so only a config that could not be afforded pays it. A model that
+    cannot be built on the meta device (a module that needs real values to be made, as
+    Performer's seeded directions) is held to a lower bound instead: the file stores at
+    least its token embedding and one feed-forward matrix, vocab_size x d_model +
+    d_ff x d_model numbers. Missing and extra names are left to the loading itself.
+
+    Returns:
+        the model, built with fresh weights, for the file's to be loaded into.
 
     Raises:
         ValueError: naming the file, the config's sizes, and the tensor and both
@@ -159,29 +167,78 @@ def check_sizes(cfg: ModelConfig, path: str | Path) -> None:
             stored = {name: tuple(f.get_slice(name).get_shape()) for name in names}
     except (SafetensorError, OSError) as err:
         raise ValueError(f"{path} is not a readable safetensors checkpoint: {err}") from None
-    sizes = ", ".join(
-        f"{field}={getattr(cfg, field)}" for field in ("vocab_size", "d_model", "d_ff", "max_len")
-    )
-    damaged = "the config does not belong to these weights (a damaged file?)"
-    try:
-        with torch.device("meta"):
-            model = build_model(cfg)
-    except (RuntimeError, NotImplementedError):  # a module that reads values as it is made
-        least = (cfg.vocab_size + cfg.d_ff) * cfg.d_model
-        held = sum(math.prod(shape) for shape in stored.values())
-        if least > held:
-            raise ValueError(
-                f"{path}: its model config ({sizes}) needs at least {least:,} weights, "
-                f"but the file holds {held:,}: {damaged}"
-            ) from None
-        return
+    held = sum(math.prod(shape) for shape in stored.values())
+    if not affordable(cfg, held):
+        try:
+            with torch.device("meta"):
+                model = build_model(cfg)
+        except (RuntimeError, NotImplementedError):  # a module that reads values as it is made
+            least = (cfg.vocab_size + cfg.d_ff) * cfg.d_model
+            if least > held:
+                raise ValueError(
+                    f"{path}: its model config ({_sizes(cfg)}) needs at least {least:,} "
+                    f"weights, but the file holds {held:,}: {DAMAGED}"
+                ) from None
+        else:
+            _compare_shapes(cfg, model, stored, path)
+    model = build_model(cfg)
+    _compare_shapes(cfg, model, stored, path)
+    return model
+
+
+DAMAGED = "the config does not belong to these weights (a damaged file?)"
+
+
+def _sizes(cfg: ModelConfig) -> str:
+    fields = ("vocab_size", "d_model", "d_ff", "max_len")
+    return ", ".join(f"{field}={getattr(cfg, field)}" for field in fields)
+
+
+def _compare_shapes(
+    cfg: ModelConfig, model: nn.Module, stored: dict[str, tuple[int, ...]], path: str | Path
+) -> None:
     expected = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     for name, shape in stored.items():
         if name in expected and expected[name] != shape:
             raise ValueError(
-                f"{path}: its model config ({sizes}) makes {name} of shape {expected[name]}, "
-                f"but the file stores it as {shape}: {damaged}"
+                f"{path}: its model config ({_sizes(cfg)}) makes {name} of shape "
+                f"{expected[name]}, but the file stores it as {shape}: {DAMAGED}"
             )
+
+
+AFFORDABLE_FACTOR = 4
+"""How many times the numbers a weights file holds a config's over-estimate may reach
+and the model still be built at once, without a meta-device check first."""
+
+
+def affordable(cfg: ModelConfig, held: int) -> bool:
+    """Whether the model `cfg` describes can be built at once beside a weights file
+    holding `held` numbers: `config_size_bound(cfg)` is at most `AFFORDABLE_FACTOR`
+    times `held`, plus a million numbers of slack for the smallest models."""
+    return config_size_bound(cfg) <= AFFORDABLE_FACTOR * held + 2**20
+
+
+def config_size_bound(cfg: ModelConfig) -> int:
+    """An over-estimate of the numbers (weights and buffers) a model of `cfg` holds, from
+    its fields alone: every size field enters it, so a damaged one makes it huge.
+
+    Per layer of either stack: two attention sub-layers of four projections (each at
+    most (d_model + 1) x the widest of d_model, heads x d_k and heads x d_v), three
+    feed-forward matrices with biases (a gated activation's third), and norms; then
+    three vocabulary matrices with an output bias, a position table of max_len rows
+    (twice: stored and a buffer), the token-type vectors and a classifier of a
+    vocabulary's width. `test_checkpoint_checks` holds it above every built-in shape,
+    kernel and position scheme's real count.
+    """
+    d = cfg.d_model
+    heads = max(cfg.n_heads, cfg.n_kv_heads or 0)
+    width = max(d, heads * (cfg.d_k or d // cfg.n_heads), heads * (cfg.d_v or d // cfg.n_heads))
+    attention = 4 * (d + 1) * width
+    layer = 2 * attention + 3 * (d + 1) * cfg.d_ff + 8 * d
+    layers = (cfg.n_encoder_layers or cfg.n_layers) + (cfg.n_decoder_layers or cfg.n_layers)
+    vocabulary = 4 * cfg.vocab_size * (d + 1)
+    rows = 2 * cfg.max_len + cfg.type_vocab_size + 8
+    return layers * layer + vocabulary + rows * d
 
 
 def load_model(
@@ -203,8 +260,7 @@ def load_model(
         ValueError: if the file is corrupt, foreign, or does not match its config.
     """
     cfg = read_config(path) if cfg is None else cfg
-    check_sizes(cfg, path)
-    model = build_model(cfg)
+    model = build_checked(cfg, path)
     try:
         _load_into(model, path, str(device))
     except (SafetensorError, RuntimeError, OSError) as err:
