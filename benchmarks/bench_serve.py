@@ -177,13 +177,9 @@ def offline_seconds(run: Path, lines: list[str], options: list[str], args, tmp: 
     servers), start to exit."""
     source, out = tmp / "source.txt", tmp / "out.txt"
     source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    command = [sys.executable, "-m", "aiayn", "translate", str(run), "-i", str(source)]
-    command += ["-o", str(out), "--beam", str(args.beam), *options]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     env.setdefault("AIAYN_DTYPE", "float32")
-    began = time.perf_counter()
-    subprocess.run(command, env=env, check=True, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - began
+    return common.time_translate(run, source, out, ["--beam", str(args.beam), *options], env)
 
 
 def offline_cells(run: Path, sentences: list[str], args) -> list[dict]:

@@ -32,9 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 from benchmarks import common
@@ -84,16 +82,6 @@ def environment(system: str, threads: int, baselines: dict[str, Path]) -> dict[s
     return env
 
 
-def translate(run: Path, source: Path, out: Path, system: str, args, env: dict) -> float:
-    """Seconds `aiayn translate` took for `source` into `out`."""
-    command = [sys.executable, "-m", "aiayn", "translate", str(run), "-i", str(source)]
-    command += ["-o", str(out), "--beam", str(args.beam), "--alpha", str(args.alpha)]
-    command += options(system)
-    began = time.perf_counter()
-    subprocess.run(command, env=env, check=True, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - began
-
-
 def baseline_systems(paths: list[Path]) -> dict[str, Path]:
     """{short commit: checkout} of each `--baseline` checkout."""
     found = {}
@@ -141,7 +129,10 @@ def main() -> None:
                 for system in systems[r % len(systems) :] + systems[: r % len(systems)]:
                     out = Path(tmp) / f"{system}-{threads}.txt"
                     env = environment(system, threads, baselines)
-                    times[system].append(translate(args.run, source, out, system, args, env))
+                    search = ["--beam", str(args.beam), "--alpha", str(args.alpha)]
+                    times[system].append(
+                        common.time_translate(args.run, source, out, search + options(system), env)
+                    )
                     outputs[system] = read_lines(out)
             base = outputs.get("batches")
             for system in systems:

@@ -205,6 +205,18 @@ class Worker:
             self.process.wait(timeout=60)
 
 
+def time_translate(
+    run: Path, source: Path, out: Path, options: list[str], env: dict[str, str]
+) -> float:
+    """Seconds one `aiayn translate RUN -i SOURCE -o OUT OPTIONS` process took, from its
+    start to its exit (its log discarded), in the environment `env`."""
+    command = [sys.executable, "-m", "aiayn", "translate", str(run), "-i", str(source)]
+    command += ["-o", str(out), *options]
+    began = time.perf_counter()
+    subprocess.run(command, env=env, check=True, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - began
+
+
 def set_threads(threads: int) -> None:
     import torch
 
