@@ -131,3 +131,11 @@ def test_the_step_goal_takes_aiayns_fastest_step_at_batch_1_against_the_bound_at
     assert fp32.met is False and fp32.goal_text() == "≤ 1.3x"
     assert int8.values == (1.3,) and int8.met is True  # at the goal: within it
     assert fp32.files == ("step-bound",) and fp32.precision == "fp32"
+    # a newer machine's file: its cells replace the older file's, the rest stay
+    newer = [dict(one, precision="fp32", system="aoti", size="base", times_at_size_bound=1.1)]
+    xeon = {**BOUND, "date": "2099-01-01 00:00", "steps": newer}
+    (tmp_path / "step-bound-xeon.json").write_text(json.dumps(xeon))
+    goals = {g.name: g for g in verdicts.step_bound_goals()}
+    fp32, int8 = goals["step-bound-fp32"], goals["step-bound-int8"]
+    assert fp32.values == (1.1, 1.2) and fp32.met is True
+    assert fp32.files == ("step-bound-xeon", "step-bound") and int8.files == ("step-bound",)
