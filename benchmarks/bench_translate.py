@@ -181,6 +181,7 @@ def main() -> None:
                 }
             ],
             "run": str(args.run),
+            "threads": args.threads,  # its processes' own: taken off the load after the run
             "beam": args.beam,
             "alpha": args.alpha,
             "rounds": args.rounds,
