@@ -300,7 +300,8 @@ def cpu_flags() -> list[str]:
 
 
 def commit() -> str | None:
-    """The checkout's commit, with "+changes" when its tracked files differ from it; or
+    """The checkout's commit, with "+changes" when its tracked files (results files aside)
+    differ from it; or
     AIAYN_BENCH_COMMIT where set (a copy of the tree whose .git lags behind it, as on
     the lent GPU machine: benchmarks/gpu/run.sh)."""
     if os.environ.get("AIAYN_BENCH_COMMIT"):
@@ -310,7 +311,10 @@ def commit() -> str | None:
             ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
             capture_output=True, text=True, check=True,
         ).stdout.strip()  # fmt: skip
-        dirty = subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", "HEAD"]).returncode
+        # results files are what runs write, not what they measure
+        dirty = subprocess.run(
+            ["git", "-C", str(ROOT), "diff", "--quiet", "HEAD", "--", ".", ":!benchmarks/results"]
+        ).returncode
     except (OSError, subprocess.CalledProcessError):
         return None
     return head + ("+changes" if dirty else "")

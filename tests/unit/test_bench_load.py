@@ -7,12 +7,14 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import subprocess
 import sys
 import time
 
 import pytest
 
 import benchmarks
+from benchmarks import common
 from benchmarks import report as bench_report
 from benchmarks.report import engine
 
@@ -205,3 +207,21 @@ def test_a_files_own_note_is_on_its_source_line(report):
         "`bench --results old-name`. The file's note: written as old-name.json and renamed." in line
     )
     assert "note" not in report.source("x", data)
+
+
+def test_the_commit_is_changed_by_code_but_not_by_results_files(monkeypatch, tmp_path):
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "results" / "run.json").write_text("{}\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "first"], check=True)
+    monkeypatch.delenv("AIAYN_BENCH_COMMIT", raising=False)
+    monkeypatch.setattr(common, "ROOT", tmp_path)
+    head = common.commit()
+    assert head and "+" not in head
+    (tmp_path / "benchmarks" / "results" / "run.json").write_text('{"new": 1}\n')
+    assert common.commit() == head  # a run's own output is no change to what it measured
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert common.commit() == head + "+changes"
