@@ -140,3 +140,22 @@ def translate_file(name: str = "translate") -> str:
         f"{data['alpha']:g}, median of {data['rounds']} rounds."
     )
     return "\n\n".join([said, table(headers, rows), source(name, data, needs_quiet=True)])
+
+
+def batch_order(name: str = "batch-order-xeon") -> str:
+    """bench_batch_order.py: the test verses in batches of B in arrival order and sorted by
+    length, against the whole file as `aiayn translate` batches it (sentences/s, ratio)."""
+    data = report.load(name)
+    rows = [
+        [c["order"], str(c["batch"]), number(c["sentences_per_s"]), ratio(c["vs_file"])]
+        for c in data["cells"]
+    ]
+    said = (
+        f"{data['sentences']} test verses, beam {data['beam']}, {data['threads']} thread(s), "
+        f"one process, median of {data['rounds']} rounds. `file`: all of them in one call, "
+        "sorted into batches of 4096 source tokens (the scheduling limit without start and "
+        "loading); `arrival`: shuffled, then cut into batches of B; `sorted`: sorted by "
+        "length, then cut into batches of B."
+    )
+    headers = ["order", "batch", "sentences/s", "vs file"]
+    return "\n\n".join([said, table(headers, rows), source(name, data, needs_quiet=True)])

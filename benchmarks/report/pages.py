@@ -35,7 +35,14 @@ from benchmarks.report.efficient import (
     sdpa_backends,
     sliding_window,
 )
-from benchmarks.report.engine import generate, generate_engine, serve, step_overhead, translate_file
+from benchmarks.report.engine import (
+    batch_order,
+    generate,
+    generate_engine,
+    serve,
+    step_overhead,
+    translate_file,
+)
 from benchmarks.report.runs import (
     has_quickstart_runs,
     host_memory,
@@ -96,6 +103,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "serve-continuous-groups": lambda: serve("serve-continuous-groups"),
     "serve-dynamic-xeon": lambda: serve("serve-dynamic-xeon"),
     "serve-continuous-xeon": lambda: serve("serve-continuous-xeon"),
+    "batch-order-xeon": batch_order,
     "generate-engine": generate_engine,
     "step-overhead": step_overhead,
     "gpu-decode": gpu_decode,
@@ -195,6 +203,7 @@ WHEN = {
     "serve-continuous-groups": recorded("serve-continuous-groups"),
     "serve-dynamic-xeon": recorded("serve-dynamic-xeon"),
     "serve-continuous-xeon": recorded("serve-continuous-xeon"),
+    "batch-order-xeon": recorded("batch-order-xeon"),
     "generate-engine": recorded("generate-engine"),
     "step-overhead": recorded("step-overhead"),
     "gpu-decode": recorded("decode-gpu-b256"),
