@@ -130,6 +130,75 @@ def test_a_lone_sentence_is_flushed_after_the_wait() -> None:
     batcher.close(timeout=10)
 
 
+def arrivals_after_a_long_batch(limits: BatchLimits, count: int, gap: float) -> list[list[str]]:
+    """The batches a batcher makes when, after a first batch of a second, `count`
+    sentences come `gap` seconds apart (clients the first batch answered, coming back)."""
+    release, record = threading.Event(), Recorder()
+
+    def run_batch(options: str, batch: list[Sentence]) -> list[str]:
+        if batch[0].text == "first":
+            release.wait(timeout=30)
+        return record(options, batch)
+
+    batcher = Batcher(run_batch, limits)
+    first = batcher.submit([Sentence("first", [1])], "o", deadline())
+    batcher.start()
+    while batcher.depth():
+        time.sleep(0.01)
+    time.sleep(1.0)  # the first batch runs a second
+    release.set()
+    first.future.result(timeout=30)
+    tickets = []
+    for i in range(count):
+        tickets.append(batcher.submit([Sentence(f"s{i}", [1])], "o", deadline()))
+        time.sleep(gap)
+    for ticket in tickets:
+        ticket.future.result(timeout=30)
+    batcher.close(timeout=30)
+    return [[s.text for s in batch] for _, batch in record.batches[1:]]
+
+
+def test_while_answered_clients_keep_coming_the_wait_goes_on_up_to_its_share() -> None:
+    # twelve sentences over a third of a second, each well within max_wait of the last
+    together = arrivals_after_a_long_batch(BatchLimits(max_wait=0.15, wait_share=0.9), 12, 0.03)
+    assert together == [[f"s{i}" for i in range(12)]]  # one batch: the wait went on
+    # without the share, the batch starts max_wait after the model came free
+    apart = arrivals_after_a_long_batch(BatchLimits(max_wait=0.15, wait_share=0.0), 12, 0.03)
+    assert len(apart) > 1 and sorted(s for b in apart for s in b) == sorted(together[0])
+
+
+def test_the_share_ends_the_wait_when_no_more_sentences_come() -> None:
+    started: list[float] = []
+    release = threading.Event()
+
+    def run_batch(options: str, batch: list[Sentence]) -> list[str]:
+        started.append(time.monotonic())
+        if batch[0].text == "first":
+            release.wait(timeout=30)
+        return [s.text for s in batch]
+
+    # a share of the whole first batch would be a wait of about two seconds
+    batcher = Batcher(run_batch, BatchLimits(max_wait=0.05, wait_share=1.0))
+    first = batcher.submit([Sentence("first", [1])], "o", deadline())
+    batcher.start()
+    time.sleep(2.0)
+    release.set()
+    first.future.result(timeout=30)
+    free = time.monotonic()
+    lone = batcher.submit([Sentence("lone", [1])], "o", deadline())
+    assert lone.future.result(timeout=30) == ["lone"]
+    batcher.close(timeout=30)
+    assert started[1] - free < 1.0  # max_wait after the last arrival, not the share
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.5, float("nan")])
+def test_a_wait_share_outside_0_to_1_is_refused(share: float) -> None:
+    with pytest.raises(ValueError, match="wait_share"):
+        BatchLimits(wait_share=share)
+    with pytest.raises(ValueError, match="max_wait_share"):
+        ServeConfig(max_wait_share=share)
+
+
 def test_after_a_batch_the_wait_lets_answered_clients_join_the_next() -> None:
     release = threading.Event()
     record = Recorder()
