@@ -3,7 +3,7 @@
     python -m benchmarks.bench_serve --run RUN [--seconds 20]
 
 Two servers run the same model on loopback, one batching (the defaults of `aiayn
-serve`, but `--max-wait-ms` and `--max-wait-share`; or with `--continuous N`, `aiayn serve --continuous N`:
+serve`, but `--max-wait-ms`; or with `--continuous N`, `aiayn serve --continuous N`:
 N sentences decoded at once, each joining and leaving at a step boundary) and one not (`--max-batch 1`: each sentence decoded alone, in arrival
 order). For 1, 4, 16 and 64 concurrent clients the servers take turns, `--rounds`
 slices of each cell in alternation, so that both see the same machine load. Each
@@ -220,9 +220,6 @@ def main() -> None:
     parser.add_argument("--beam", type=int, default=4, help="beam width of every request")
     parser.add_argument("--max-wait-ms", type=float, default=5.0, help="the batching server's")
     parser.add_argument(
-        "--max-wait-share", type=float, default=0.1, help="the batching server's (aiayn serve's)"
-    )
-    parser.add_argument(
         "--continuous",
         type=int,
         metavar="N",
@@ -243,7 +240,7 @@ def main() -> None:
     batching = (
         ["--continuous", str(args.continuous)]
         if args.continuous
-        else ["--max-wait-ms", str(args.max_wait_ms), "--max-wait-share", str(args.max_wait_share)]
+        else ["--max-wait-ms", str(args.max_wait_ms)]
     )
     modes = {
         "batching": batching,
@@ -291,8 +288,7 @@ def main() -> None:
                     + (
                         f"the engine (--continuous {args.continuous})"
                         if args.continuous
-                        else f"dynamic batcher (--max-wait-ms {args.max_wait_ms:g}, "
-                        f"--max-wait-share {args.max_wait_share:g})"
+                        else f"dynamic batcher (--max-wait-ms {args.max_wait_ms:g})"
                     )
                     + (", and the same sentences offline" if args.offline else ""),
                     "cell": f"{args.run}, beam {args.beam}, {args.clients} clients, "
@@ -307,7 +303,6 @@ def main() -> None:
             "think_ms": args.think_ms,
             "beam": args.beam,
             "max_wait_ms": args.max_wait_ms,
-            "max_wait_share": None if args.continuous else args.max_wait_share,
             "continuous": args.continuous,
             "threads": args.threads,
             "cells": cells,

@@ -26,8 +26,6 @@ def serve(name: str) -> str:
         f"the batching server with --continuous {data['continuous']}"
         if data.get("continuous")
         else f"--max-wait-ms {data['max_wait_ms']:g}"
-        # files from before the share existed waited max-wait-ms alone: a share of 0
-        + f", --max-wait-share {data.get('max_wait_share') or 0:g}"
     )
     settings = f"Beam {data['beam']}, {batching}, "
     settings += f"{data['threads']} torch thread per server, {data['rounds']} rounds per cell."

@@ -162,8 +162,6 @@ NUMBERS = [
     ("serve-max-wait-nan", "serve {mt} --max-wait-ms nan", "max_wait_ms"),
     ("serve-max-wait-inf", "serve {mt} --max-wait-ms inf", "max_wait_ms"),
     ("serve-max-wait-neg", "serve {mt} --max-wait-ms -1", "max_wait_ms"),
-    ("serve-wait-share-nan", "serve {mt} --max-wait-share nan", "max_wait_share"),
-    ("serve-wait-share-big", "serve {mt} --max-wait-share 2", "max_wait_share"),
     ("serve-threads-huge", "serve {mt} --threads 1099511627776", "threads"),
     ("serve-queue-0", "serve {mt} --queue-size 0", "queue_size"),
     ("serve-beam-0", "serve {mt} --max-beam 0", "max_beam"),

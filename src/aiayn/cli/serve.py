@@ -39,13 +39,6 @@ def serve(
     max_wait_ms: Annotated[
         float, typer.Option(help="How long the model may idle while sentences wait for company.")
     ] = 5.0,
-    max_wait_share: Annotated[
-        float,
-        typer.Option(
-            help="While sentences keep coming, idle on up to this share of the last "
-            "batch's time, so that clients it answered join the next one (0 to 1)."
-        ),
-    ] = 0.1,
     max_chars: Annotated[int, typer.Option(help="Characters per request (413 above).")] = 20_000,
     max_sentences: Annotated[int, typer.Option(help="Sentences per request (413 above).")] = 64,
     max_request_tokens: Annotated[
@@ -101,7 +94,6 @@ def serve(
             max_tokens=max_tokens,
             max_batch=max_batch,
             max_wait_ms=max_wait_ms,
-            max_wait_share=max_wait_share,
             max_chars=max_chars,
             max_sentences=max_sentences,
             max_request_tokens=max_request_tokens,

@@ -13,9 +13,7 @@ and torch's thread count need no lock. The thread builds each batch thus:
 
     - it waits up to `max_wait` seconds, counted from when the oldest waiting
       sentence came or the previous batch ended (whichever is later), unless that
-      sentence's group (same options) can fill a batch at once; while sentences keep
-      coming (each within `max_wait` of the one before), it waits on, up to
-      `wait_share` of the time the previous batch took;
+      sentence's group (same options) can fill a batch at once;
     - it takes the oldest sentence and, from its group, the sentences closest to
       it in length while the batch stays within `max_tokens` (rows x longest,
       padding included, as `aiayn.apps.translate` batches) and `max_batch` rows; a
@@ -24,13 +22,8 @@ and torch's thread count need no lock. The thread builds each batch thus:
 
 While a batch runs, new sentences queue up, so under load batches fill by
 themselves. `max_wait` bounds how long the model stays idle while sentences wait
-for company: on a quiet server it is the most a lone sentence waits. Under load the
-clients the last batch answered send their next sentences at once, but not all
-within `max_wait`: without `wait_share` the batch starts with those queued while the
-last one ran, and the two halves of the clients take turns in half-size batches
-(`benchmarks/bench_batch_order.py` measures what that costs). Waiting while they still
-arrive, for at most a share of the last batch's time, lets them join the next one;
-the model idles at most that share of its busy time.
+for company: on a quiet server it is the most a lone sentence waits; under load,
+a longer one lets the clients answered by the last batch join the next one.
 Starting from the oldest sentence keeps the queue first-in first-out across
 groups; choosing its neighbours by length keeps padding small.
 
@@ -94,16 +87,12 @@ class BatchLimits:
         max_tokens: source tokens per batch, rows x longest (padding included).
         max_batch: sentences per batch at most (1 turns batching off).
         max_wait: seconds the model may stay idle while sentences wait for others.
-        wait_share: while sentences keep arriving (each within `max_wait` of the
-            last), the wait goes on up to this share of the previous batch's time
-            (0: `max_wait` from the oldest, as before).
     """
 
     queue_size: int = 256
     max_tokens: int = 4096
     max_batch: int = 256
     max_wait: float = 0.005
-    wait_share: float = 0.1
 
     def __post_init__(self) -> None:
         for name in ("queue_size", "max_tokens", "max_batch"):
@@ -111,8 +100,6 @@ class BatchLimits:
                 raise ValueError(f"BatchLimits.{name} must be >= 1, got {getattr(self, name)}")
         if self.max_wait < 0:
             raise ValueError(f"BatchLimits.max_wait must be >= 0 seconds, got {self.max_wait}")
-        if not 0 <= self.wait_share <= 1:  # nan too
-            raise ValueError(f"BatchLimits.wait_share must lie in [0, 1], got {self.wait_share}")
 
 
 class Ticket:
@@ -199,7 +186,6 @@ class Batcher:
         self._changed = threading.Condition()
         self._closing = False
         self._free_since = 0.0  # monotonic time the last batch finished
-        self._last_batch_s = 0.0  # seconds the last batch took (`wait_share` of it)
         self.failure: BaseException | None = None
         self.on_fatal: Callable[[], None] | None = None
         self._thread = threading.Thread(target=self._serve, name="aiayn-inference", daemon=True)
@@ -295,10 +281,8 @@ class Batcher:
             if batch is None:
                 return
             if batch:
-                began = time.monotonic()
                 self._run(batch)
                 self._free_since = time.monotonic()
-                self._last_batch_s = self._free_since - began
 
     def _next_batch(self) -> list[_Waiting] | None:
         """Wait for and take the next batch ([] if all it found was dropped work);
@@ -313,21 +297,13 @@ class Batcher:
             oldest = self._waiting[0]
             batch = self._around(oldest)
             full = len(batch) < sum(w.options == oldest.options for w in self._waiting)
-            wait = self._due(oldest, self._waiting[-1]) - time.monotonic()
+            due = max(oldest.arrived, self._free_since) + self.limits.max_wait
+            wait = due - time.monotonic()
             if full or self._closing or len(batch) == self.limits.max_batch or wait <= 0:
                 taken = {id(w) for w in batch}
                 self._waiting = [w for w in self._waiting if id(w) not in taken]
                 return sorted(batch, key=lambda w: -len(w.sentence))
             self._changed.wait(timeout=wait)
-
-    def _due(self, oldest: _Waiting, newest: _Waiting) -> float:
-        """When the next batch starts at the latest: `max_wait` after the oldest sentence
-        came or the model came free; later while sentences keep coming (`max_wait` after
-        the newest), up to `wait_share` of the previous batch's time."""
-        start = max(oldest.arrived, self._free_since)
-        longest = max(self.limits.max_wait, self.limits.wait_share * self._last_batch_s)
-        quiet = max(newest.arrived, self._free_since) + self.limits.max_wait
-        return min(start + longest, quiet)
 
     def _around(self, oldest: _Waiting) -> list[_Waiting]:
         """The oldest sentence and, of its group, those nearest it in length that fit."""

@@ -23,10 +23,6 @@ class ServeConfig:
         max_batch: sentences per batch at most (1 = no batching).
         max_wait_ms: how long the model may stay idle while sentences wait for others
             (at most `MAX_DEADLINE_S`).
-        max_wait_share: while sentences keep arriving (each within `max_wait_ms` of
-            the last), the wait goes on up to this share of the previous batch's time,
-            so that clients the last batch answered join the next one (0 to 1; 0: the
-            wait is `max_wait_ms` alone).
         max_chars: characters per request at most (413 above).
         max_sentences: sentences per request at most (413 above).
         max_request_tokens: source subword tokens per request at most (413 above).
@@ -48,10 +44,9 @@ class ServeConfig:
             machine's cores).
         continuous: with N > 0, sentences are decoded N at once by continuous batching
             (`aiayn.apps.serve.batcher.ContinuousBatcher`): each joins the table of
-            slots at the next step and leaves it when done; `max_tokens`, `max_batch`,
-            `max_wait_ms` and `max_wait_share` are then not used. 0: dynamic batching.
-            One table per beam width is kept, at most `max_beam` slots per sentence over
-            all of them
+            slots at the next step and leaves it when done; `max_tokens`, `max_batch`
+            and `max_wait_ms` are then not used. 0: dynamic batching. One table per
+            beam width is kept, at most `max_beam` slots per sentence over all of them
             (`aiayn.apps.serve.engine.ContinuousEngine`).
         compile: with `continuous`, compile the table's decoding step (once per
             beam width, when first asked for).
@@ -61,7 +56,6 @@ class ServeConfig:
     max_tokens: int = 4096
     max_batch: int = 128
     max_wait_ms: float = 5.0
-    max_wait_share: float = 0.1
     max_chars: int = 20_000
     max_sentences: int = 64
     max_request_tokens: int = 4096
@@ -97,8 +91,6 @@ class ServeConfig:
             raise ValueError(
                 f"max_wait_ms must lie in [0, {1000 * MAX_DEADLINE_S:.0f}], got {self.max_wait_ms}"
             )
-        if not 0 <= self.max_wait_share <= 1:  # nan too
-            raise ValueError(f"max_wait_share must lie in [0, 1], got {self.max_wait_share}")
         cores = os.cpu_count() or 1
         if self.threads > cores:
             raise ValueError(
@@ -122,5 +114,4 @@ class ServeConfig:
             max_tokens=self.max_tokens,
             max_batch=self.max_batch,
             max_wait=self.max_wait_ms / 1000,
-            wait_share=self.max_wait_share,
         )
