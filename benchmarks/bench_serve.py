@@ -193,19 +193,11 @@ def offline_cells(run: Path, sentences: list[str], args) -> list[dict]:
             for _ in range(args.rounds):
                 whole = offline_seconds(run, sentences, options, args, Path(tmp))
                 one = offline_seconds(run, sentences[:1], options, args, Path(tmp))
-                rates.append(offline_rate(len(sentences), whole, one))
+                rates.append(common.decoding_rate(len(sentences), whole, one))
             cells.append(
                 dict(server=name, clients=0, sentences_per_s=statistics.median(rates), speedup=None)
             )
     return cells
-
-
-def offline_rate(sentences: int, whole_s: float, one_s: float) -> float:
-    """Sentences a second of the decoding alone: `sentences` took `whole_s` from start to
-    exit, one sentence `one_s` (start, loading and that sentence)."""
-    if whole_s <= one_s:
-        raise ValueError(f"{sentences} sentences took {whole_s:.2f} s, one took {one_s:.2f} s")
-    return (sentences - 1) / (whole_s - one_s)
 
 
 def main() -> None:

@@ -23,8 +23,10 @@ Every other system runs in float32 (AIAYN_DTYPE), settings fixed before the run.
 values of N are fixed before the run (default 8 and 32). The systems take turns round
 by round, one process at a time, no OpenMP wait policy forced. Reported: sentences/s
 (median over rounds), the ratio to `batches`, BLEU of each output against the
-references (sacreBLEU), and how many lines equal `batches`' output. Writes
-results/translate.json.
+references (sacreBLEU), and how many lines equal `batches`' output. Each round also
+times every system on the file's first sentence alone (start, loading and one
+sentence), giving its start-up time and the rate of its decoding alone: (sentences - 1)
+over the whole file's time less that. Writes results/translate.json.
 """
 
 from __future__ import annotations
@@ -122,18 +124,22 @@ def main() -> None:
     n = len(read_lines(source))
     cells, rows = [], []
     with tempfile.TemporaryDirectory() as tmp:
+        first = Path(tmp) / "first.txt"
+        first.write_text(read_lines(source)[0] + "\n", encoding="utf-8")
         for threads in (int(t) for t in args.threads.split(",")):
             times = {s: [] for s in systems}
+            starts = {s: [] for s in systems}
             outputs = {}
             for r in range(args.rounds):
                 for system in systems[r % len(systems) :] + systems[: r % len(systems)]:
                     out = Path(tmp) / f"{system}-{threads}.txt"
                     env = environment(system, threads, baselines)
                     search = ["--beam", str(args.beam), "--alpha", str(args.alpha)]
-                    times[system].append(
-                        common.time_translate(args.run, source, out, search + options(system), env)
-                    )
+                    command = search + options(system)
+                    times[system].append(common.time_translate(args.run, source, out, command, env))
                     outputs[system] = read_lines(out)
+                    # start, loading and one sentence: what the whole file's time includes
+                    starts[system].append(common.time_translate(args.run, first, out, command, env))
             base = outputs.get("batches")
             for system in systems:
                 seconds = common.median(times[system])
@@ -158,6 +164,13 @@ def main() -> None:
                     times_s=times[system],
                     sentences_per_s=n / seconds,
                     speedup_vs_batches=ratio,
+                    start_s=common.median(starts[system]),
+                    decoding_sentences_per_s=common.median(
+                        [
+                            common.decoding_rate(n, w, o)
+                            for w, o in zip(times[system], starts[system], strict=True)
+                        ]
+                    ),
                     bleu=bleu,
                     same_as_batches=same,
                 )

@@ -217,6 +217,14 @@ def time_translate(
     return time.perf_counter() - began
 
 
+def decoding_rate(sentences: int, whole_s: float, one_s: float) -> float:
+    """Sentences a second of the decoding alone: `sentences` took `whole_s` from start to
+    exit, one sentence `one_s` (start, loading and that sentence)."""
+    if whole_s <= one_s:
+        raise ValueError(f"{sentences} sentences took {whole_s:.2f} s, one took {one_s:.2f} s")
+    return (sentences - 1) / (whole_s - one_s)
+
+
 def set_threads(threads: int) -> None:
     import torch
 

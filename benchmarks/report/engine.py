@@ -119,7 +119,9 @@ def generate_engine(name: str = "generate-engine") -> str:
 
 def translate_file(name: str = "translate") -> str:
     """bench_translate.py: a whole file through `aiayn translate`, batches against the
-    continuous engine: sentences/s, the ratio, BLEU and the lines equal to batches'."""
+    continuous engine: sentences/s, the ratio, BLEU and the lines equal to batches'; and,
+    where the run timed them, each system's start-up (start, loading and one sentence)
+    and the rate of its decoding alone."""
     data = report.load(name)
     rows = [
         [
@@ -130,11 +132,13 @@ def translate_file(name: str = "translate") -> str:
             ratio(c["speedup_vs_batches"]),
             f"{c['bleu']:.2f}",
             "" if c["same_as_batches"] is None else f"{c['same_as_batches']}/{c['sentences']}",
+            number(c["start_s"]) if "start_s" in c else "",
+            number(c["decoding_sentences_per_s"]) if "start_s" in c else "",
         ]
         for c in data["cells"]
     ]
     headers = ["threads", "system", "sentences/s", "seconds", "vs batches", "BLEU"]
-    headers += ["lines equal to batches'"]
+    headers += ["lines equal to batches'", "start s", "decoding alone, sentences/s"]
     said = (
         f"{data['cells'][0]['sentences']} test sentences, beam {data['beam']}, alpha "
         f"{data['alpha']:g}, median of {data['rounds']} rounds."

@@ -2,7 +2,8 @@
 
 import pytest
 
-from benchmarks.bench_serve import OFFLINE, offline_rate
+from benchmarks.bench_serve import OFFLINE
+from benchmarks.common import decoding_rate as offline_rate
 
 
 def test_the_offline_rate_leaves_out_start_and_loading():
