@@ -35,11 +35,11 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 SPEEDS_VARIABLE = "AIAYN_DECODER_SPEEDS"
+"""The environment variable naming results files to choose from instead of `MEASURED`."""
 
 ENGINE_MARGIN = 1.05
 """How much faster than the plain path the engine must be measured to be the default (on
 the developers' 2-core machine, three rounds of one system spread by a few percent)."""
-"""The environment variable naming results files to choose from instead of `MEASURED`."""
 
 
 class Use(enum.Enum):

@@ -143,8 +143,8 @@ def build_checked(cfg: ModelConfig, path: str | Path) -> nn.Module:
     far larger than the file (a damaged config's vocab_size of 1e11 would otherwise
     ask for terabytes).
 
-    A config whose size (`affordable`, an over-estimate from its fields) is within a few
-    times the numbers the file holds is built at once, and each tensor the file stores
+    A config whose size (`config_size_bound`, an over-estimate from its fields) is within
+    a few times the numbers the file holds (`affordable`) is built at once, and each tensor the file stores
     is compared with the model's of the same name. Any other is first built on the meta
     device (shapes only, no storage) and compared there: that way costs about a second
     in every process, the first meta-device operations importing torch's reference
