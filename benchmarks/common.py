@@ -309,9 +309,8 @@ def cpu_flags() -> list[str]:
 
 def commit() -> str | None:
     """The checkout's commit, with "+changes" when its tracked files (results files aside)
-    differ from it; or
-    AIAYN_BENCH_COMMIT where set (a copy of the tree whose .git lags behind it, as on
-    the lent GPU machine: benchmarks/gpu/run.sh)."""
+    differ from it; or AIAYN_BENCH_COMMIT where set (a copy of the tree whose .git lags
+    behind it, as on the lent GPU machine: benchmarks/gpu/run.sh)."""
     if os.environ.get("AIAYN_BENCH_COMMIT"):
         return os.environ["AIAYN_BENCH_COMMIT"]
     try:
