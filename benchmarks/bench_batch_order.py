@@ -75,10 +75,9 @@ def main() -> None:
     common.set_threads(args.threads)
     translator = Translator.load(args.run, dtype=torch.float32)
     sentences = read_lines(common.test_files(args.run)[0])
-    whole = len(sentences) * max(len(s) for s in sentences)  # one call: its own batching
 
     def one_batch(batch: list[str]) -> object:
-        return translator.translate(batch, beam=args.beam, max_tokens=whole)
+        return translator.translate(batch, beam=args.beam, max_tokens=None)  # one search
 
     def as_a_file(batch: list[str]) -> object:
         return translator.translate(batch, beam=args.beam)  # aiayn translate's batching

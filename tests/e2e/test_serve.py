@@ -420,6 +420,8 @@ def test_translate_ids_as_one_batch_equals_translate_nbest(translator: Translato
     as_one = translator.translate_ids(rows, decode, max_tokens=None)
     by_length = translator.translate_nbest(texts, decode, max_tokens=16)
     assert [[c.text for c in n] for n in as_one] == [[c.text for c in n] for n in by_length]
+    through_text = translator.translate_nbest(texts, decode, max_tokens=None)  # one batch too
+    assert [[c.text for c in n] for n in through_text] == [[c.text for c in n] for n in as_one]
     assert as_one[-1] == [] and all(len(n) == 2 for n in as_one[:-1])
     with pytest.raises(ValueError, match="max_tokens must be >= 1"):
         translator.translate_ids(rows, decode, max_tokens=0)

@@ -331,7 +331,7 @@ class Translator:
         sentences: Sequence[str],
         beam: int | None = None,
         alpha: float | None = None,
-        max_tokens: int = 4096,
+        max_tokens: int | None = 4096,
         progress: bool = False,
         **options: Any,
     ) -> list[str]:
@@ -343,7 +343,8 @@ class Translator:
                 (the paper's 4, or a Marian model's own).
             alpha: length-penalty exponent; default: the translator's (0.6, or a
                 Marian model's length_penalty).
-            max_tokens: source tokens per batch, padding included.
+            max_tokens: source tokens per batch, padding included (None: all the
+                sentences in one batch).
             progress: show a progress bar on stderr.
             **options: further `DecodeConfig` fields (extra_len, sampling, top_k, ...).
         """
@@ -356,7 +357,7 @@ class Translator:
         self,
         sentences: Sequence[str],
         config: DecodeConfig | None = None,
-        max_tokens: int = 4096,
+        max_tokens: int | None = 4096,
         progress: bool = False,
         continuous: int = 0,
         compile: bool = False,
