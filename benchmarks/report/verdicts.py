@@ -13,7 +13,7 @@ computed one, and on a verdict written by hand ("met", "missed", ...) outside on
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from benchmarks import report
@@ -40,6 +40,7 @@ ENGINE_FILES = {
 # puts on it (bench_step_bound.py), fp32 and int8.
 # the EPYC's run, then the AMX Xeon's: each cell is read from the newer file measuring it
 STEP_BOUND_FILES, STEP_BOUND_GOAL = ("step-bound", "step-bound-xeon"), 1.3
+PRECISIONS = ("fp32", "int8")  # the step-bound goal's precisions
 AIAYN_STEPS = ("cache", "static", "compiled", "aoti")  # bench_static_step's aiayn systems
 # Issue 44's serving limit (bench_serve --offline): the servers on the AMX Xeon.
 SERVE_LIMIT_FILES = ("serve-dynamic-xeon", "serve-continuous-xeon")
@@ -333,25 +334,39 @@ def translate_file_goals(cells: list[dict]) -> list[Goal]:
     return goals
 
 
+def newest_cells(
+    names: Sequence[str], cells_of: Callable[[dict], dict[tuple, float]]
+) -> dict[tuple, tuple[str, str, float]]:
+    """{cell: (date, file, value)}, each cell from the newest of the results files `names`
+    (those that exist) that measures it; `cells_of(data)` gives one file's {cell: value}."""
+    cells: dict[tuple, tuple[str, str, float]] = {}
+    for name in names:
+        if not exists(name):
+            continue
+        data = report.load(name)
+        date = data.get("date", "")
+        for key, value in cells_of(data).items():
+            if key not in cells or date > cells[key][0]:
+                cells[key] = (date, name, value)
+    return cells
+
+
 def step_bound_goals() -> list[Goal]:
     """Batch 1, fp32 and int8: aiayn's fastest step (cached, static, compiled or
     AOTInductor) per shape and thread count, as a multiple of the bound at the step's own
     size (bench_step_bound's copy bandwidth over arrays of the step's bytes: the DRAM
     bound is none where the step's bytes fit in the last-level cache), at most 1.3x.
     Each cell (precision, shape, threads) comes from the newest file that measures it."""
-    cells: dict[tuple[str, str, int], tuple[str, str, float]] = {}  # -> (date, file, value)
-    for name in STEP_BOUND_FILES:
-        if not exists(name):
-            continue
-        data = report.load(name)
-        best: dict[tuple[str, str, int], float] = {}
+
+    def fastest(data: dict) -> dict[tuple, float]:
+        best: dict[tuple, float] = {}
         for s in data["steps"]:
             if s["slots"] == 1 and s["system"] in AIAYN_STEPS and s["precision"] in PRECISIONS:
                 key = (s["precision"], s["size"], s["threads"])
                 best[key] = min(best.get(key, s["times_at_size_bound"]), s["times_at_size_bound"])
-        for key, value in best.items():
-            if key not in cells or data.get("date", "") > cells[key][0]:
-                cells[key] = (data.get("date", ""), name, value)
+        return best
+
+    cells = newest_cells(STEP_BOUND_FILES, fastest)
     goals = []
     for precision in PRECISIONS:
         mine = {key[1:]: cells[key] for key in sorted(cells) if key[0] == precision}
@@ -365,26 +380,20 @@ def step_bound_goals() -> list[Goal]:
     return goals
 
 
-PRECISIONS = ("fp32", "int8")  # the step-bound goal's precisions
-
-
 def generate_goals() -> list[Goal]:
     """aiayn fp32 against HF generate fp32 in every cell (shape, batch, threads) of the
     generation runs, each cell from its newest file (generate-engine.json re-measured
     GPT-2 small at batch 1 and 2 threads)."""
-    cells: dict[tuple, tuple[str, str, float]] = {}  # cell -> (date, file, ratio)
-    for name in (*GENERATE_FILES, ENGINE_FILES["generate"]):
-        if not exists(name):
-            continue
-        data = report.load(name)
+
+    def ratios(data: dict) -> dict[tuple, float]:
         threads = str(data.get("args", {}).get("threads", ""))
-        for r in data["results"]:
-            if r["system"] != "aiayn":
-                continue
-            value = r.get("speedup_vs_hf_fp32", r.get("speedup_vs_hf"))
-            key = (r["size"], r["batch"], threads)
-            if key not in cells or data.get("date", "") > cells[key][0]:
-                cells[key] = (data.get("date", ""), name, value)
+        return {
+            (r["size"], r["batch"], threads): r.get("speedup_vs_hf_fp32", r.get("speedup_vs_hf"))
+            for r in data["results"]
+            if r["system"] == "aiayn"
+        }
+
+    cells = newest_cells((*GENERATE_FILES, ENGINE_FILES["generate"]), ratios)
     if not cells:
         return []
     files = tuple(dict.fromkeys(name for _, name, _ in cells.values()))
