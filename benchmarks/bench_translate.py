@@ -121,11 +121,13 @@ def main() -> None:
     systems += [f"batches@{commit}" for commit in baselines]
     source, reference = common.test_files(args.run)
     refs = read_lines(reference)
-    n = len(read_lines(source))
+    sources = read_lines(source)
+    n = len(sources)
+    search = ["--beam", str(args.beam), "--alpha", str(args.alpha)]
     cells, rows = [], []
     with tempfile.TemporaryDirectory() as tmp:
         first = Path(tmp) / "first.txt"
-        first.write_text(read_lines(source)[0] + "\n", encoding="utf-8")
+        first.write_text(sources[0] + "\n", encoding="utf-8")
         for threads in (int(t) for t in args.threads.split(",")):
             times = {s: [] for s in systems}
             starts = {s: [] for s in systems}
@@ -134,7 +136,6 @@ def main() -> None:
                 for system in systems[r % len(systems) :] + systems[: r % len(systems)]:
                     out = Path(tmp) / f"{system}-{threads}.txt"
                     env = environment(system, threads, baselines)
-                    search = ["--beam", str(args.beam), "--alpha", str(args.alpha)]
                     command = search + options(system)
                     times[system].append(common.time_translate(args.run, source, out, command, env))
                     outputs[system] = read_lines(out)

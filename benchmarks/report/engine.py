@@ -133,7 +133,7 @@ def translate_file(name: str = "translate") -> str:
             f"{c['bleu']:.2f}",
             "" if c["same_as_batches"] is None else f"{c['same_as_batches']}/{c['sentences']}",
             number(c["start_s"]) if "start_s" in c else "",
-            number(c["decoding_sentences_per_s"]) if "start_s" in c else "",
+            number(c["decoding_sentences_per_s"]) if "decoding_sentences_per_s" in c else "",
         ]
         for c in data["cells"]
     ]
